@@ -1,0 +1,41 @@
+# One command each: `make test`, `make demo`, `make bench`. Each installs what it needs first.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+REQS := requirements/base.txt requirements/sglang-cpu.txt pyproject.toml
+
+.PHONY: install test test-fast demo bench models clean
+
+install: $(STAMP)
+
+$(STAMP): $(REQS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements/base.txt
+	# ai-dynamo 1.6.1 requires `aisimulate`, whose wheel downloads from an unreachable host: install
+	# the frontend without deps (its real needs are in base.txt). sglang cannot run on CPU, but its
+	# ServerArgs and OpenAI protocol import with these extras, so tests check flags against the real thing.
+	$(PIP) install -q --no-deps ai-dynamo==1.6.1 sglang==0.5.23
+	$(PIP) install -q -r requirements/sglang-cpu.txt
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not e2e and not slow"
+
+models: install
+	$(PY) -m components.model_builder --size tiny --out .cache/models/tiny-seed0 --if-missing
+	$(PY) -m components.model_builder --size small --out .cache/models/small-seed0 --if-missing
+
+demo: install
+	bash examples/demo.sh
+
+bench: install
+	bash benchmarks/run_all.sh
+
+clean:
+	rm -rf $(VENV) .cache results
