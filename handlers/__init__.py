@@ -1,0 +1,39 @@
+"""Request handlers: input routing, sampling mapping, prefill, decode, streaming.
+
+Imports protocol/ and the standard library (plus jinja2 for template errors); never Dynamo,
+SGLang or torch. The worker component wires engines, clients and the runtime to these.
+"""
+
+from handlers.base import BaseHandler, Context, Engine, PrefillClient, TokenizerManager
+from handlers.decode import DecodeConfig, DecodeHandler
+from handlers.errors import EngineError, HandlerError, PrefillError, RequestError
+from handlers.health import (
+    FAKE_BOOTSTRAP_HOST,
+    HEALTH_CHECK_KEY,
+    decode_health_payload,
+    prefill_health_payload,
+)
+from handlers.prefill import PrefillConfig, PrefillHandler
+from handlers.preprocess import PreprocessConfig, Preprocessor
+
+__all__ = [
+    "BaseHandler",
+    "Context",
+    "DecodeConfig",
+    "DecodeHandler",
+    "Engine",
+    "EngineError",
+    "FAKE_BOOTSTRAP_HOST",
+    "HEALTH_CHECK_KEY",
+    "HandlerError",
+    "PrefillClient",
+    "PrefillConfig",
+    "PrefillError",
+    "PrefillHandler",
+    "PreprocessConfig",
+    "Preprocessor",
+    "RequestError",
+    "TokenizerManager",
+    "decode_health_payload",
+    "prefill_health_payload",
+]

@@ -1,0 +1,92 @@
+"""The surfaces handlers depend on (typing.Protocols owned here, implemented elsewhere) and a
+small BaseHandler that tracks background tasks so cleanup() can cancel them."""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import Any, Optional, Protocol
+
+logger = logging.getLogger(__name__)
+
+
+class TokenizerManager(Protocol):
+    """SGLang's `engine.tokenizer_manager` subset. `tokenizer` is None with skip_tokenizer_init."""
+
+    tokenizer: Any
+
+    def abort_request(self, rid: str) -> None: ...
+
+
+class Engine(Protocol):
+    """SGLang's offline Engine API subset (DESIGN §4); with stream=True the awaited value is
+    an async iterator of incremental chunks {"text"?, "output_ids", "meta_info"}."""
+
+    tokenizer_manager: TokenizerManager
+
+    async def async_generate(
+        self,
+        prompt: Any = None,
+        sampling_params: Optional[dict[str, Any]] = None,
+        input_ids: Optional[list[int]] = None,
+        stream: bool = False,
+        bootstrap_host: Optional[str] = None,
+        bootstrap_port: Optional[int] = None,
+        bootstrap_room: Optional[int] = None,
+        rid: Optional[str] = None,
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+class Context(Protocol):
+    """Dynamo's per-request Context subset."""
+
+    def id(self) -> str: ...
+
+    def is_stopped(self) -> bool: ...
+
+    def async_killed_or_stopped(self) -> Awaitable[Any]: ...
+
+
+class PrefillClient(Protocol):
+    """Sends a DisaggPreprocessedRequest dict to a prefill worker. The component adapts
+    Dynamo's Client: it links a child of `context` (cancelling the client cancels the
+    prefill) and yields plain dicts. Closing the returned iterator (aclose) must stop the
+    child context, so a decode that gives up also stops the prefill."""
+
+    async def generate(
+        self, request: dict[str, Any], context: Optional[Context]
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+class BaseHandler:
+    """generate(request, context) is the endpoint; cleanup() cancels tracked tasks."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Start a background task that cleanup() will cancel (never an untracked task)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: "asyncio.Task[Any]") -> None:
+        self._tasks.discard(task)
+        # Retrieve the outcome so a task nobody awaited any more never logs "exception was
+        # never retrieved"; its waiter (if any) has already seen it.
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug("task %s ended with %r", task.get_name(), task.exception())
+
+    def generate(
+        self, request: dict[str, Any], context: Optional[Context] = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def cleanup(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        logger.debug("handler cleanup cancelled %d task(s)", len(tasks))

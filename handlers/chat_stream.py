@@ -1,0 +1,76 @@
+"""Text mode: engine chunks -> OpenAI `chat.completion.chunk` dicts.
+
+Per choice `index`: `role` only on its first chunk, the engine's incremental `text` as
+`content` (passed through, never re-sliced), `finish_reason` on its last. A usage chunk
+(`choices: []`) closes the stream when the client asked for one.
+"""
+
+import time
+from typing import Any, Optional
+
+from handlers.finish import map_finish_reason, usage_from_meta
+from protocol.outputs import (
+    CHUNK_OBJECT,
+    ChatChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    CompletionUsage,
+    PromptTokensDetails,
+    to_wire,
+)
+
+
+class ChatStream:
+    def __init__(self, chunk_id: str, model: str, include_usage: bool) -> None:
+        self._id = chunk_id
+        self._model = model
+        self._created = int(time.time())
+        self._include_usage = include_usage
+        self._started: set[int] = set()
+        self._usage: dict[int, CompletionUsage] = {}
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def _chunk(self, choices: list[ChatChoice], usage: Optional[CompletionUsage] = None) -> dict:
+        return to_wire(
+            ChatCompletionChunk(
+                id=self._id,
+                created=self._created,
+                model=self._model,
+                object=CHUNK_OBJECT,
+                choices=choices,
+                usage=usage,
+            )
+        )
+
+    def convert(self, chunk: dict[str, Any]) -> Optional[dict[str, Any]]:
+        meta = chunk.get("meta_info") or {}
+        reason = map_finish_reason(meta.get("finish_reason"))
+        index = int(chunk.get("index") or 0)
+        text = chunk.get("text") or None
+        if text is None and reason is None:
+            return None
+        first = index not in self._started
+        self._started.add(index)
+        if meta.get("completion_tokens") is not None:
+            self._usage[index] = usage_from_meta(meta)
+        delta = ChatDelta(role="assistant" if first else None, content=text)
+        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason)])
+
+    def close(self) -> Optional[dict[str, Any]]:
+        """The usage chunk: the prompt counted once, completions summed over choices."""
+        usages = list(self._usage.values())
+        self.prompt_tokens = max((u.prompt_tokens for u in usages), default=0)
+        self.completion_tokens = sum(u.completion_tokens for u in usages)
+        if not self._include_usage:
+            return None
+        cached = [
+            u.prompt_tokens_details.cached_tokens for u in usages if u.prompt_tokens_details
+        ]
+        usage = CompletionUsage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            total_tokens=self.prompt_tokens + self.completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(max(cached)) if cached else None,
+        )
+        return self._chunk([], usage)

@@ -1,0 +1,248 @@
+"""Decode (or aggregated) worker handler: the endpoint the frontend calls (DESIGN §3).
+
+Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
+the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded] -> own engine request
+with its own rid -> stream token deltas or chat chunks. A client stop aborts the engine request
+by rid at any point, also before the first token; a failed prefill aborts it and errors.
+"""
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from handlers.base import BaseHandler, Context, Engine, PrefillClient
+from handlers.chat_stream import ChatStream
+from handlers.errors import EngineError, HandlerError, PrefillError, RequestError
+from handlers.guard import END, RequestGuard, Stopped, next_item
+from handlers.preprocess import Preprocessor
+from handlers.sampling import text_sampling_params, tokens_sampling_params
+from handlers.token_stream import TokenStream
+from protocol.bootstrap import BootstrapInfo
+from protocol.chat import ChatCompletionRequest
+from protocol.preprocessed import PreprocessedRequest
+from protocol.validation import ModelT, ProtocolError, parse
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    served_model_name: str
+    context_length: int
+    vocab_size: int
+    skip_tokenizer_init: bool = True  # True: Tokens mode; False: Text mode
+    disaggregated: bool = False
+    bootstrap_timeout_s: float = 30.0  # prefill's first item (the bootstrap room)
+    first_token_timeout_s: float = 300.0  # queueing + prefill + KV transfer
+    prefill_timeout_s: float = 600.0  # the prefill stream's whole life
+
+
+@dataclass
+class _Job:
+    input_ids: list[int]
+    sampling_params: dict[str, Any]
+    prefill_request: PreprocessedRequest
+    stream: Union[TokenStream, ChatStream]
+
+
+class DecodeHandler(BaseHandler):
+    def __init__(
+        self,
+        engine: Engine,
+        config: DecodeConfig,
+        prefill_client: Optional[PrefillClient] = None,
+        preprocessor: Optional[Preprocessor] = None,
+    ) -> None:
+        super().__init__(engine)
+        if config.disaggregated and prefill_client is None:
+            raise ValueError("disaggregated decode needs a prefill client")
+        if not config.skip_tokenizer_init and preprocessor is None:
+            raise ValueError("Text mode (no skip_tokenizer_init) needs a preprocessor")
+        self.config = config
+        self.prefill_client = prefill_client
+        self.preprocessor = preprocessor
+
+    async def generate(
+        self, request: dict[str, Any], context: Optional[Context] = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        started = time.monotonic()
+        job = await self._prepare(request, context)
+        guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
+        guard.start()
+        try:
+            async for out in self._run(job, guard, context):
+                yield out
+        except Stopped:
+            logger.info("request %s cancelled by the client", guard.rid)
+            return
+        finally:
+            guard.close()
+        logger.info(
+            "request %s done: prompt=%d completion=%d in %.3fs",
+            guard.rid, len(job.input_ids), job.stream.completion_tokens,
+            time.monotonic() - started,
+        )
+
+    # --- preparing: validation, ids, sampling params --------------------------------------
+
+    async def _prepare(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
+        if self.config.skip_tokenizer_init:
+            return self._prepare_tokens(request)
+        return await self._prepare_text(request, context)
+
+    def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
+        req = _parse(PreprocessedRequest, request)
+        self._check_choices(req.sampling_options.n)
+        self._check_prompt(req.token_ids, check_vocab=True)
+        params = tokens_sampling_params(
+            req,
+            prompt_len=len(req.token_ids),
+            context_length=self.config.context_length,
+            skip_tokenizer_init=True,
+        )
+        return _Job(req.token_ids, params, req, TokenStream())
+
+    async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
+        req = _parse(ChatCompletionRequest, request)
+        self._check_choices(req.n)
+        ids = await self.preprocessor.chat_token_ids(
+            req.template_messages(), req.chat_template_kwargs
+        )
+        self._check_prompt(ids, check_vocab=False)
+        params = text_sampling_params(
+            req, prompt_len=len(ids), context_length=self.config.context_length
+        )
+        chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
+        stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage)
+        # model_construct: the ids come from our own tokenizer, no need to validate them again.
+        return _Job(ids, params, PreprocessedRequest.model_construct(token_ids=ids), stream)
+
+    def _check_choices(self, n: Optional[int]) -> None:
+        if self.config.disaggregated and n not in (None, 1):
+            raise RequestError(
+                f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}"
+            )
+
+    def _check_prompt(self, ids: list[int], check_vocab: bool) -> None:
+        limit = self.config.context_length
+        if len(ids) >= limit:
+            raise RequestError(
+                f"prompt is too long: {len(ids)} tokens, the model's context length is {limit} "
+                f"tokens (the prompt must leave room for at least one generated token)"
+            )
+        if check_vocab and ids:
+            top = max(ids)
+            if top >= self.config.vocab_size:
+                raise RequestError(
+                    f"token_ids[{ids.index(top)}]: token id {top} is out of vocabulary "
+                    f"(vocab size {self.config.vocab_size})"
+                )
+
+    # --- running: engine stream, prefill hand-off ----------------------------------------
+
+    async def _run(
+        self, job: _Job, guard: RequestGuard, context: Optional[Context]
+    ) -> AsyncIterator[dict[str, Any]]:
+        boot = await self._start_prefill(job, guard, context) if self.config.disaggregated else None
+        guard.check()
+        stream = await self.engine.async_generate(
+            input_ids=job.input_ids,
+            sampling_params=job.sampling_params,
+            stream=True,
+            rid=guard.rid,
+            **(boot.model_dump() if boot is not None else {}),
+        )
+        guard.engine_started()
+        try:
+            chunk = await guard.race(next_item(stream), self.config.first_token_timeout_s)
+        except TimeoutError:
+            raise EngineError(
+                f"no first token within {self.config.first_token_timeout_s:g} s"
+            ) from None
+        guard.progressing()  # decode has the KV now: a later prefill hiccup is harmless
+        while chunk is not END:
+            guard.check()
+            out = job.stream.convert(chunk)
+            if out is not None:
+                yield out
+            chunk = await next_item(stream)
+        guard.finish()
+        tail = job.stream.close()
+        if tail is not None:
+            yield tail
+
+    async def _start_prefill(
+        self, job: _Job, guard: RequestGuard, context: Optional[Context]
+    ) -> BootstrapInfo:
+        """Send the ids + params to a prefill worker and wait (bounded) for its room."""
+        wire = {"request": job.prefill_request.wire_dict(), "sampling_params": job.sampling_params}
+        timeout = self.config.bootstrap_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout
+        items = None
+        try:
+            items = await guard.race(self.prefill_client.generate(wire, context), timeout)
+            remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+            boot = _bootstrap_from(await guard.race(next_item(items), remaining))
+        except BaseException as exc:
+            if items is not None:
+                self.spawn(_aclose(items), name=f"prefill-close-{guard.rid}")
+            if isinstance(exc, TimeoutError):
+                raise PrefillError(f"prefill worker sent no bootstrap info within {timeout:g} s")
+            if isinstance(exc, (Stopped, HandlerError)) or not isinstance(exc, Exception):
+                raise
+            # The runtime client raises its own exception types (no Dynamo import here).
+            raise PrefillError(f"prefill worker failed: {exc}") from exc
+        self.spawn(self._watch_prefill(items, guard), name=f"prefill-watch-{guard.rid}")
+        return boot
+
+    async def _watch_prefill(self, items: AsyncIterator[dict], guard: RequestGuard) -> None:
+        """Drain the rest of the prefill stream; if it fails before decode got its first
+        token, abort decode's engine request rather than wait for KV that never comes."""
+        try:
+            async with asyncio.timeout(self.config.prefill_timeout_s):
+                while (item := await next_item(items)) is not END:
+                    if "error" in item:
+                        raise PrefillError(f"prefill worker failed: {item['error']}")
+                    if item.get("finished"):
+                        return
+            raise PrefillError("prefill stream ended before its engine finished")
+        except TimeoutError:
+            guard.fail(PrefillError(f"prefill took over {self.config.prefill_timeout_s:g} s"))
+        except PrefillError as exc:
+            guard.fail(exc)
+        except Exception as exc:  # the runtime client's own exception types
+            guard.fail(PrefillError(f"prefill worker failed: {exc}"))
+        finally:
+            await _aclose(items)
+
+
+def _parse(model: type[ModelT], request: Any) -> ModelT:
+    try:
+        return parse(model, request)
+    except ProtocolError as exc:
+        raise RequestError(str(exc)) from None
+
+
+def _bootstrap_from(item: Any) -> BootstrapInfo:
+    if item is END:
+        raise PrefillError("prefill stream ended before sending bootstrap info")
+    if isinstance(item, dict) and "error" in item:
+        raise PrefillError(f"prefill worker failed: {item['error']}")
+    try:
+        return parse(BootstrapInfo, item)
+    except ProtocolError as exc:
+        raise PrefillError(f"prefill sent bad bootstrap info: {exc}") from None
+
+
+async def _aclose(items: Any) -> None:
+    close = getattr(items, "aclose", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception as exc:  # cleanup of a foreign iterator must not mask the real outcome
+        logger.debug("closing the prefill stream failed: %r", exc)

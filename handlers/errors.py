@@ -1,0 +1,23 @@
+"""The handlers' error types. The worker component translates them at the runtime boundary:
+RequestError -> Dynamo's InvalidArgument (HTTP 400 with the message), anything else -> 500.
+handlers/ never imports Dynamo."""
+
+
+class HandlerError(Exception):
+    """Base of the errors a handler raises on purpose."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class RequestError(HandlerError):
+    """The client's request is wrong; the message says what (shown to the client)."""
+
+
+class EngineError(HandlerError):
+    """The engine (or the prefill worker) failed the request; not the client's fault."""
+
+
+class PrefillError(EngineError):
+    """The prefill worker did not deliver: no bootstrap info in time, or its stream failed."""

@@ -1,0 +1,47 @@
+"""Engine finish reasons -> the only values the frontend accepts (stop, length,
+content_filter, cancelled), or an error when the engine aborted with a status."""
+
+import logging
+from typing import Any, Optional
+
+from handlers.errors import EngineError, RequestError
+from protocol.outputs import CompletionUsage, PromptTokensDetails
+
+logger = logging.getLogger(__name__)
+
+_PASS_THROUGH = frozenset({"stop", "length", "content_filter"})
+
+
+def map_finish_reason(reason: Any) -> Optional[str]:
+    """None while the request runs; SGLang's {"type": ..., ...} dict (or a bare string) at the
+    end. An abort without a status is a cancellation; with status 400 it is the client's error
+    (RequestError, shown as a 400); any other status is an engine failure."""
+    if reason is None:
+        return None
+    info = reason if isinstance(reason, dict) else {"type": reason}
+    kind = info.get("type")
+    if kind in _PASS_THROUGH:
+        return kind
+    if kind == "abort":
+        status = info.get("status_code")
+        if status is None:
+            return "cancelled"
+        message = str(info.get("message") or "request aborted by the engine")
+        if int(status) == 400:
+            raise RequestError(message)
+        raise EngineError(f"engine aborted the request (status {int(status)}): {message}")
+    # The frontend answers an unknown reason with a 500 although the tokens were fine.
+    logger.warning("unknown engine finish reason %r reported as stop", kind)
+    return "stop"
+
+
+def usage_from_meta(meta: dict[str, Any]) -> CompletionUsage:
+    prompt = int(meta.get("prompt_tokens") or 0)
+    completion = int(meta.get("completion_tokens") or 0)
+    cached = meta.get("cached_tokens")
+    return CompletionUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details=None if cached is None else PromptTokensDetails(int(cached)),
+    )

@@ -1,0 +1,126 @@
+"""One engine request's lifetime: abort it by rid (at most once) when the client goes away,
+when the request fails elsewhere (the prefill leg), or when the handler ends early; and
+bounded waits that give up as soon as any of that happens."""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Optional, TypeVar
+
+from handlers.base import Context, Engine
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+END = object()  # what next_item returns when the stream is exhausted
+
+
+class Stopped(Exception):
+    """The client stopped the request: end quietly, yield nothing more."""
+
+
+async def next_item(stream: AsyncIterator[T]) -> Any:
+    """anext() that returns END instead of raising StopAsyncIteration (safe inside a Task)."""
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        return END
+
+
+class RequestGuard:
+    def __init__(self, engine: Engine, rid: str, context: Optional[Context]) -> None:
+        self._engine = engine
+        self.rid = rid
+        self._context = context
+        self._interrupt = asyncio.Event()
+        self._watch: Optional[asyncio.Task[Any]] = None
+        self._client_stopped = False
+        self._engine_started = False
+        self._aborted = False
+        self._finished = False
+        self._progressing = False
+        self.error: Optional[Exception] = None
+
+    def start(self) -> None:
+        """Watch the context, so a stop aborts the engine even before its first chunk."""
+        if self._context is not None and hasattr(self._context, "async_killed_or_stopped"):
+            self._watch = asyncio.get_running_loop().create_task(self._watch_context())
+
+    async def _watch_context(self) -> None:
+        await self._context.async_killed_or_stopped()
+        self._client_stopped = True
+        self._interrupt.set()
+        self.abort("client stopped")
+
+    @property
+    def stopped(self) -> bool:
+        if self._client_stopped:
+            return True
+        ctx = self._context
+        if ctx is not None and ctx.is_stopped():
+            self._client_stopped = True
+            self._interrupt.set()
+        return self._client_stopped
+
+    def check(self) -> None:
+        """Raise the recorded failure, or Stopped if the client went away."""
+        if self.error is not None:
+            raise self.error
+        if self.stopped:
+            raise Stopped()
+
+    def engine_started(self) -> None:
+        self._engine_started = True
+        if self._interrupt.is_set():
+            self.abort("interrupted while starting")
+
+    def progressing(self) -> None:
+        """The engine produced output: failures elsewhere (fail()) no longer concern it."""
+        self._progressing = True
+
+    def fail(self, error: Exception) -> None:
+        """Another part of the request failed: abort the engine and make waits raise `error`."""
+        if self._finished or self._progressing or self.stopped or self.error is not None:
+            if self.error is None and not self.stopped:
+                logger.debug("request %s: ignored late failure %s", self.rid, error)
+            return
+        self.error = error
+        self._interrupt.set()
+        self.abort("failed: %s" % error)
+
+    def finish(self) -> None:
+        """The engine finished the request; nothing to abort any more."""
+        self._finished = True
+
+    def abort(self, why: str) -> None:
+        if self._aborted or self._finished or not self._engine_started:
+            return
+        self._aborted = True
+        logger.info("aborting engine request %s (%s)", self.rid, why)
+        self._engine.tokenizer_manager.abort_request(self.rid)
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        self.abort("handler closed before the engine finished")
+
+    async def race(self, awaitable: Awaitable[T], timeout: float) -> T:
+        """Await `awaitable`, but raise the failure / Stopped as soon as the request is
+        interrupted, and TimeoutError after `timeout` seconds (the awaited work is cancelled)."""
+        self.check()
+        work = asyncio.ensure_future(awaitable)
+        interrupt = asyncio.ensure_future(self._interrupt.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {work, interrupt}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:  # our own task was cancelled: take the work down with it
+            work.cancel()
+            raise
+        finally:
+            interrupt.cancel()
+        if work in done:
+            return work.result()
+        work.cancel()
+        self.check()
+        raise TimeoutError(f"no result within {timeout:g} s")

@@ -1,0 +1,128 @@
+"""Prefill worker handler (DESIGN §3 step 4).
+
+Starts the engine request with a fresh bootstrap room, then yields the bootstrap info FIRST,
+then keeps its stream open until the engine reports the prompt's KV delivered (last item:
+PrefillDone) or raises. It never tokenizes: the request carries token ids.
+"""
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from handlers.base import BaseHandler, Context, Engine
+from handlers.errors import EngineError, RequestError
+from handlers.finish import map_finish_reason
+from handlers.guard import END, RequestGuard, Stopped, next_item
+from handlers.health import FAKE_BOOTSTRAP_HOST, HEALTH_CHECK_KEY
+from protocol.bootstrap import BootstrapInfo
+from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
+from protocol.limits import MAX_BOOTSTRAP_ROOM
+from protocol.validation import ProtocolError, parse
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    bootstrap_host: str
+    bootstrap_port: int
+    # Bound on the whole engine request (queueing, forward pass, KV transfer); the engine
+    # bounds the transfer itself too, this catches an engine that never ends the stream.
+    engine_timeout_s: float = 600.0
+
+
+def new_room() -> int:
+    """A fresh room in [1, 2^63): rooms must not collide between concurrent requests."""
+    return secrets.randbelow(MAX_BOOTSTRAP_ROOM) + 1
+
+
+class PrefillHandler(BaseHandler):
+    def __init__(self, engine: Engine, config: PrefillConfig) -> None:
+        super().__init__(engine)
+        self.config = config
+
+    async def generate(
+        self, request: dict[str, Any], context: Optional[Context] = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        try:
+            req = parse(DisaggPreprocessedRequest, request)
+        except ProtocolError as exc:
+            raise RequestError(str(exc)) from None
+        health_check = bool(request.get(HEALTH_CHECK_KEY))
+        host = FAKE_BOOTSTRAP_HOST if health_check else self.config.bootstrap_host
+        boot = BootstrapInfo(
+            bootstrap_host=host,
+            bootstrap_port=self.config.bootstrap_port,
+            bootstrap_room=new_room(),
+        )
+        # One room per request: the engine computes one sequence for it.
+        params = dict(req.sampling_params)
+        if "n" in params:
+            params["n"] = 1
+        guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
+        guard.start()
+        started = time.monotonic()
+        try:
+            stream = await self.engine.async_generate(
+                input_ids=req.request.token_ids,
+                sampling_params=params,
+                stream=True,
+                bootstrap_host=boot.bootstrap_host,
+                bootstrap_port=boot.bootstrap_port,
+                bootstrap_room=boot.bootstrap_room,
+                rid=guard.rid,
+            )
+            guard.engine_started()
+            drain = self.spawn(self._drain(stream, guard), name=f"prefill-{guard.rid}")
+            # One loop turn so the drain task submits the request (engines whose stream
+            # submits lazily, like SGLang's) before decode learns the room.
+            await asyncio.sleep(0)
+            if not health_check:
+                yield boot.model_dump()
+            done = await self._wait(drain, guard)
+        except Stopped:
+            logger.info("prefill %s cancelled by the client", guard.rid)
+            return
+        finally:
+            guard.close()
+        logger.info(
+            "prefill %s done: prompt=%d cached=%d in %.3fs",
+            guard.rid, done.prompt_tokens, done.cached_tokens, time.monotonic() - started,
+        )
+        yield done.model_dump()
+
+    async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard) -> PrefillDone:
+        try:
+            # shield: a stop aborts the rid and the drain ends with the engine's stream.
+            return await guard.race(asyncio.shield(drain), self.config.engine_timeout_s)
+        except TimeoutError:
+            raise EngineError(
+                f"prefill engine did not finish within {self.config.engine_timeout_s:g} s"
+            ) from None
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # we are being cancelled ourselves
+            raise EngineError("prefill handler is shutting down") from None
+
+    async def _drain(
+        self, stream: AsyncIterator[dict[str, Any]], guard: RequestGuard
+    ) -> PrefillDone:
+        """Read the engine stream to its end; the last chunk's meta carries the counts."""
+        meta: dict[str, Any] = {}
+        reason = None
+        while (chunk := await next_item(stream)) is not END:
+            meta = chunk.get("meta_info") or meta
+            reason = map_finish_reason(meta.get("finish_reason")) or reason
+        guard.finish()
+        if reason == "cancelled":
+            guard.check()  # Stopped when the client went away
+            raise EngineError("prefill engine aborted the request")
+        return PrefillDone(
+            prompt_tokens=int(meta.get("prompt_tokens") or 0),
+            cached_tokens=int(meta.get("cached_tokens") or 0),
+        )

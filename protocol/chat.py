@@ -1,0 +1,93 @@
+"""Text-mode request: the raw OpenAI chat-completions body a `ModelInput.Text` worker receives.
+
+Unknown fields are tolerated (extra="allow"): the frontend forwards the client's body as is
+(reference B.7), including extensions such as `nvext`.
+"""
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from protocol.limits import MAX_CHOICES, MAX_TOKENS_LIMIT
+from protocol.preprocessed import TokenId
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Role
+    # A list of text parts is joined into one string (OpenAI semantics), so chat templates
+    # that expect string content work; this model serves text only.
+    content: Optional[str] = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _join_text_parts(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        texts = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise ValueError(f"part [{i}] must be {{'type': 'text', 'text': ...}}")
+            if not isinstance(part.get("text"), str):
+                raise ValueError(f"part [{i}].text must be a string")
+            texts.append(part["text"])
+        return "".join(texts)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: Optional[str] = None
+    max_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_completion_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    min_tokens: Optional[int] = Field(default=None, ge=0, le=MAX_TOKENS_LIMIT)
+    temperature: Optional[float] = Field(default=None, ge=0)
+    top_p: Optional[float] = Field(default=None, gt=0, le=1)
+    top_k: Optional[int] = None
+    min_p: Optional[float] = Field(default=None, ge=0, le=1)
+    n: Optional[int] = Field(default=None, ge=1, le=MAX_CHOICES)
+    stop: Optional[list[str]] = None
+    stop_token_ids: Optional[list[TokenId]] = None
+    seed: Optional[int] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    repetition_penalty: Optional[float] = Field(default=None, gt=0)
+    ignore_eos: Optional[bool] = None
+    skip_special_tokens: Optional[bool] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list) and any(s == "" for s in value):
+            raise ValueError("stop strings must be non-empty")
+        return value
+
+    @property
+    def completion_limit(self) -> Optional[int]:
+        """max_completion_tokens wins over the deprecated max_tokens (OpenAI semantics)."""
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def wants_usage(self) -> bool:
+        """A usage chunk closes the stream when asked for, and always for non-streaming."""
+        if not self.stream:
+            return True
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.model_dump(exclude_none=True) for m in self.messages]
