@@ -1,0 +1,216 @@
+"""KV transfer bandwidth: the engine's NIXL WRITE between two processes vs an in-process copy_.
+
+Sizes are the KV of 128..4096-token prompts of the `small` model (8 layers, 4 KV heads, head_dim
+64, fp32: 16 KiB per token), laid out as the engine lays them out (KVPool, 64 runs per room).
+Arms, per size:
+  nixl  - the whole KVTransport path: the decode peer process has registered the room; the clock
+          runs from ``add_prefill`` (descriptors, WRITE post) to ``TransferDone`` (the prefill
+          polls without sleeping, so no poll slice is counted);
+  copy  - ``dst.copy_(src)`` of the same runs between two pools in this process, 1 torch thread
+          (the baseline: a single-threaded memcpy of the same bytes).
+The first transfer (UCX wire-up) is reported apart. Every size's data is verified on the decode
+side. Median of --runs (>= 3).
+
+    python -m benchmarks.bench_kv_transfer [--runs 5] [--out results/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from benchmarks.common import (REPO_ROOT, format_table, limit_cpu_threads, median, new_figure,
+                               ratio, results_dir, save_figure, write_json)
+from components.engine.kv_pool import KVPool
+from components.engine.kv_transfer import KVArrived, KVTransport, TransferDone, TransferFailed
+
+LAYERS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 8, 4, 64, 16  # the `small` model, fp32
+SIZES = (128, 256, 512, 1024, 2048, 4096)
+HOST = "127.0.0.1"
+TIMEOUT_S = 30.0
+
+
+def make_pool(max_tokens: int) -> KVPool:
+    return KVPool(LAYERS, KV_HEADS, HEAD_DIM, max_tokens // PAGE_SIZE, PAGE_SIZE, torch.float32)
+
+
+def region(pool: KVPool, run, tokens: int) -> torch.Tensor:
+    start = run.start_page * PAGE_SIZE
+    return pool.tensor[:, :, :, start:start + tokens]
+
+
+# --- decode peer process ------------------------------------------------------------------------
+def decode_peer(max_tokens: int) -> None:
+    """The decode side: per stdin line {"room", "tokens", "port"} it registers the room, answers
+    {"registered"}, then {"arrived", "sum"} once the KV is in."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # NIXL logs to stdout; keep our channel clean
+    limit_cpu_threads(1)
+    pool = make_pool(max_tokens)
+    transport = KVTransport(pool.tensor, "decode", HOST, None, TIMEOUT_S, TIMEOUT_S)
+    held = {}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        run = pool.allocate(cmd["tokens"])
+        held[cmd["room"]] = (run, cmd["tokens"])
+        runs = pool.token_runs(run, cmd["tokens"])
+        transport.add_decode(cmd["room"], HOST, cmd["port"], runs, "bench")
+        out.write(json.dumps({"registered": cmd["room"]}) + "\n")
+        out.flush()
+        deadline = time.monotonic() + TIMEOUT_S
+        arrived = None
+        while arrived is None and time.monotonic() < deadline:
+            for ev in transport.poll(0.05):
+                if isinstance(ev, KVArrived):
+                    arrived = ev
+                elif isinstance(ev, TransferFailed):
+                    raise RuntimeError(ev.message)
+        run, tokens = held.pop(cmd["room"])
+        checksum = float(region(pool, run, tokens).double().sum())
+        pool.free(run)
+        out.write(json.dumps({"arrived": cmd["room"], "sum": checksum}) + "\n")
+        out.flush()
+    transport.close()
+
+
+class Peer:
+    def __init__(self, max_tokens: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_kv_transfer", "--peer", str(max_tokens)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+            start_new_session=True)
+
+    def call(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the decode peer process died")
+        return json.loads(line)
+
+    def read(self) -> dict:
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- measurement --------------------------------------------------------------------------------
+def nixl_once(transport: KVTransport, pool: KVPool, peer: Peer, room: int, tokens: int) -> float:
+    """Seconds from add_prefill to TransferDone for one room (decode registered beforehand)."""
+    run = pool.allocate(tokens)
+    src = region(pool, run, tokens)
+    src.copy_(torch.randn(src.shape, generator=torch.Generator().manual_seed(room)))
+    expected = float(src.double().sum())
+    peer.call(room=room, tokens=tokens, port=transport.bootstrap_port)
+    settle = time.monotonic() + 0.02  # let the registration land before the clock starts
+    while time.monotonic() < settle:
+        transport.poll(0.002)
+    t0 = time.perf_counter()
+    transport.add_prefill(room, pool.token_runs(run, tokens), 1, "bench")
+    done = None
+    while done is None:
+        for ev in transport.poll(0.0):
+            if isinstance(ev, TransferFailed):
+                raise RuntimeError(ev.message)
+            done = ev if isinstance(ev, TransferDone) else done
+        if time.perf_counter() - t0 > TIMEOUT_S:
+            raise TimeoutError(f"room {room}: no TransferDone")
+    elapsed = time.perf_counter() - t0
+    pool.free(run)
+    got = peer.read()
+    if got["sum"] != expected:
+        raise RuntimeError(f"room {room}: decode checksum {got['sum']} != {expected}")
+    return elapsed
+
+
+def copy_once(src_pool: KVPool, dst_pool: KVPool, tokens: int) -> float:
+    a, b = src_pool.allocate(tokens), dst_pool.allocate(tokens)
+    src, dst = region(src_pool, a, tokens), region(dst_pool, b, tokens)
+    src.normal_()
+    t0 = time.perf_counter()
+    dst.copy_(src)
+    elapsed = time.perf_counter() - t0
+    assert torch.equal(src, dst)
+    src_pool.free(a)
+    dst_pool.free(b)
+    return elapsed
+
+
+def run(runs: int, out_dir) -> dict:
+    limit_cpu_threads(1)
+    max_tokens = max(SIZES)
+    pool, other = make_pool(max_tokens), make_pool(max_tokens)
+    transport = KVTransport(pool.tensor, "prefill", HOST, None, TIMEOUT_S, TIMEOUT_S)
+    peer = Peer(max_tokens)
+    rows, room = [], 1
+    try:
+        first_ms = nixl_once(transport, pool, peer, room, 16) * 1e3  # UCX wire-up
+        for tokens in SIZES:
+            nbytes = tokens * LAYERS * 2 * KV_HEADS * HEAD_DIM * 4
+            nixl_s, copy_s = [], []
+            for _ in range(runs):
+                room += 1
+                nixl_s.append(nixl_once(transport, pool, peer, room, tokens))
+                copy_s.append(copy_once(pool, other, tokens))
+            nixl_gbs, copy_gbs = nbytes / median(nixl_s) / 1e9, nbytes / median(copy_s) / 1e9
+            rows.append({"tokens": tokens, "mib": nbytes / 2**20,
+                         "nixl_ms": median(nixl_s) * 1e3, "nixl_gbs": nixl_gbs,
+                         "copy_ms": median(copy_s) * 1e3, "copy_gbs": copy_gbs,
+                         "nixl_vs_copy": ratio(nixl_gbs, copy_gbs)})
+    finally:
+        transport.close()
+        peer.close()
+    return {"first_transfer_ms": first_ms, "runs": runs, "rows": rows}
+
+
+def report(result: dict, out_dir) -> None:
+    headers = ["prompt tokens", "KV MiB", "NIXL ms", "NIXL GB/s", "copy_ ms", "copy_ GB/s",
+               "NIXL/copy_"]
+    table = [[r["tokens"], r["mib"], r["nixl_ms"], r["nixl_gbs"], r["copy_ms"], r["copy_gbs"],
+              r["nixl_vs_copy"]] for r in result["rows"]]
+    print(format_table(headers, table))
+    print(f"first transfer (UCX wire-up, 16 tokens): {result['first_transfer_ms']:.2f} ms; "
+          f"median of {result['runs']} runs")
+    path = write_json(out_dir, "bench_kv_transfer", result)
+    fig, (ax,) = new_figure()
+    tokens = [r["tokens"] for r in result["rows"]]
+    ax.plot(tokens, [r["nixl_gbs"] for r in result["rows"]], "o-", label="NIXL WRITE (2 processes)")
+    ax.plot(tokens, [r["copy_gbs"] for r in result["rows"]], "s--", label="torch copy_ (1 thread)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("prompt tokens (small model, 16 KiB/token)")
+    ax.set_ylabel("GB/s")
+    ax.set_title("KV transfer bandwidth")
+    ax.legend()
+    png = save_figure(fig, out_dir, "bench_kv_transfer")
+    print(f"wrote {path} and {png}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", default=None, help="results directory (default results/)")
+    parser.add_argument("--peer", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer is not None:
+        decode_peer(args.peer)
+        return
+    if args.runs < 3:
+        parser.error("--runs must be at least 3 (the table reports medians)")
+    out_dir = results_dir(args.out)
+    report(run(args.runs, out_dir), out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Decode side of the KV transport: register destination runs, wait for the WRITE, release safely.
+
+A room is WAITING until the prefill's NIXL notification arrives (``KVArrived``) or it fails
+(``TransferFailed``). A failed or aborted room is RELEASING until no prefill can write into its
+pages any more (``RoomReleased``): the prefill acknowledged, or aborted the room itself, or its
+connection dropped, or it never connected, or a grace of ``transfer_timeout`` passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from components.engine.bootstrap import BootstrapClient, Endpoint
+from components.engine.transfer_events import Event, KVArrived, RoomReleased, TransferFailed
+from components.engine.transfer_nixl import NixlEndpoint
+from components.engine.transfer_runs import Run
+from protocol.kv_transfer import Abort, AbortAck, Register, notif_decoder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Room:
+    room: int
+    rid: str
+    endpoint: Endpoint
+    deadline: float  # WAITING: KV deadline; RELEASING: grace deadline
+    since: float  # when the current state began
+    releasing: bool = False
+
+
+class DecodeSide:
+    def __init__(self, nixl: NixlEndpoint, client: BootstrapClient, transfer_timeout: float,
+                 emit: Callable[[Event], None]) -> None:
+        self._nixl = nixl
+        self._client = client
+        self._transfer_timeout = transfer_timeout
+        self._emit = emit
+        self._rooms: dict[int, _Room] = {}
+
+    # --- engine calls -------------------------------------------------------------------------
+    def add_decode(self, room: int, host: str, port: int, runs: list[Run], rid: str) -> None:
+        if room in self._rooms:
+            raise ValueError(f"room {room} is already registered")
+        valid_port = isinstance(port, int) and 0 < port < 65536
+        if not isinstance(host, str) or not host or not valid_port:
+            raise ValueError(f"room {room}: invalid bootstrap address {host!r}:{port!r}")
+        self._nixl.check_local(runs, f"room {room} (rid {rid})")
+        now = time.monotonic()
+        r = _Room(room, rid, (host, port), now + self._transfer_timeout, now)
+        self._rooms[room] = r
+        if not self._client.send(r.endpoint, Register(room, self._nixl.name, list(runs))):
+            self._fail(r, f"could not reach the prefill bootstrap server {host}:{port}")
+
+    def abort(self, room: int, message: str) -> None:
+        r = self._rooms.get(room)
+        if r is not None and not r.releasing:
+            logger.info("room %s (rid %s): aborted locally: %s", room, r.rid, message)
+            self._start_release(r, message)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._rooms)
+
+    def progress_since(self) -> float | None:
+        """Start of the newest pending room, or None: while any room is pending, UCX wire-up
+        and notifications need this (passive) side to progress too."""
+        return max((r.since for r in self._rooms.values()), default=None)
+
+    def next_deadline(self) -> float | None:
+        return min((r.deadline for r in self._rooms.values()), default=None)
+
+    # --- inputs -------------------------------------------------------------------------------
+    def on_message(self, endpoint: Endpoint, msg) -> None:
+        r = self._rooms.get(msg.room)
+        if r is None or r.endpoint != endpoint:
+            logger.debug("room %s: late %s from %s:%s ignored",
+                         msg.room, type(msg).__name__, *endpoint)
+            return
+        if isinstance(msg, Abort) and not r.releasing:
+            # The prefill sends Abort only once none of its WRITEs of the room is in flight.
+            self._emit(TransferFailed(r.room, f"prefill aborted the KV transfer: {msg.message}"))
+        elif isinstance(msg, AbortAck) and not r.releasing:
+            return
+        self._release(r)
+
+    def on_disconnect(self, endpoint: Endpoint) -> None:
+        for r in [r for r in self._rooms.values() if r.endpoint == endpoint]:
+            if not r.releasing:
+                self._emit(TransferFailed(r.room, "lost the connection to the prefill bootstrap "
+                                                  f"server {endpoint[0]}:{endpoint[1]}"))
+            self._release(r)
+
+    def progress(self, now: float) -> None:
+        for raw in self._nixl.notifs():
+            try:
+                notif = notif_decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                logger.warning("dropped a malformed NIXL notification: %s", exc)
+                continue
+            r = self._rooms.get(notif.room)
+            if r is None:
+                logger.debug("room %s: late KV notification ignored", notif.room)
+            elif r.releasing:
+                # The notification follows the data: the WRITE is over, the pages are free.
+                self._release(r)
+            else:
+                del self._rooms[r.room]
+                self._emit(KVArrived(r.room, notif.first_token))
+        for r in list(self._rooms.values()):
+            if r.deadline > now:
+                continue
+            if r.releasing:
+                logger.warning("room %s: prefill never acknowledged the abort; "
+                               "releasing after %g s", r.room, self._transfer_timeout)
+                self._release(r)
+            else:
+                msg = (f"timed out waiting for KV of room {r.room} from prefill "
+                       f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s")
+                self._fail(r, msg)
+
+    # --- endings ------------------------------------------------------------------------------
+    def _fail(self, r: _Room, message: str) -> None:
+        logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
+        self._emit(TransferFailed(r.room, message))
+        self._start_release(r, message)
+
+    def _start_release(self, r: _Room, message: str) -> None:
+        """Ask the prefill to stop; keep the pages until it acknowledges (or the grace ends)."""
+        r.releasing = True
+        r.since = time.monotonic()
+        r.deadline = r.since + self._transfer_timeout
+        if not self._client.was_connected(r.endpoint):
+            self._release(r)  # the prefill never saw the registration: nothing can be written
+        elif not self._client.send(r.endpoint, Abort(r.room, self._nixl.name, message)):
+            self._release(r)
+
+    def _release(self, r: _Room) -> None:
+        if self._rooms.pop(r.room, None) is not None:
+            self._emit(RoomReleased(r.room))
+
+    def close(self) -> None:
+        self._rooms.clear()

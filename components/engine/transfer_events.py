@@ -1,0 +1,42 @@
+"""Events ``KVTransport.poll()`` returns (kv_transfer.py says when the engine frees pages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TransferDone:
+    """Prefill: the room's KV and first token are in decode memory; the source pages are free."""
+
+    room: int
+
+
+@dataclass(frozen=True)
+class KVArrived:
+    """Decode: the room's KV is in the destination pages; decode continues from ``first_token``."""
+
+    room: int
+    first_token: int
+
+
+@dataclass(frozen=True)
+class TransferFailed:
+    """The room failed (timeout, peer abort, NIXL error, layout mismatch); ``message`` says why.
+
+    Prefill: no WRITE of the room is in flight, the source pages may be freed.
+    Decode: end the request now, but keep the destination pages until ``RoomReleased``.
+    """
+
+    room: int
+    message: str
+
+
+@dataclass(frozen=True)
+class RoomReleased:
+    """Decode: no prefill can write into the room's destination pages any more; free them."""
+
+    room: int
+
+
+Event = TransferDone | KVArrived | TransferFailed | RoomReleased

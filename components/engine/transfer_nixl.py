@@ -1,0 +1,133 @@
+"""One NIXL agent (UCX backend, DRAM) with the engine's KV pool registered once.
+
+The agent is created WITHOUT NIXL's progress thread: with it, the Python wrapper hardcodes a
+zero delay and the idle thread spins a whole core (feasibility study, pitfall 1). UCX is instead
+progressed by the owner's calls to ``state()`` (initiator) and ``notifs()`` (target), which the
+transport makes from its ``poll()`` whenever a room is pending.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from components.engine.transfer_runs import Run, check_within
+
+logger = logging.getLogger(__name__)
+
+
+def _nixl_errors() -> tuple[type[BaseException], ...]:
+    from nixl import _bindings
+
+    found = tuple(
+        obj for name, obj in vars(_bindings).items()
+        if name.startswith("nixl") and isinstance(obj, type) and issubclass(obj, Exception)
+    )
+    return found or (RuntimeError,)
+
+
+class NixlEndpoint:
+    """The process's NIXL agent plus the registered pool; used on one thread only."""
+
+    def __init__(self, name: str, pool: torch.Tensor) -> None:
+        if not isinstance(pool, torch.Tensor) or pool.device.type != "cpu":
+            raise ValueError("the KV pool must be a CPU torch tensor")
+        if not pool.is_contiguous() or pool.numel() == 0:
+            raise ValueError(
+                "the KV pool must be a non-empty contiguous tensor (NIXL registers it whole)")
+        from nixl._api import nixl_agent, nixl_agent_config
+
+        self.errors = _nixl_errors()
+        config = nixl_agent_config(enable_prog_thread=False, enable_listen_thread=False,
+                                   backends=["UCX"])
+        self._agent = nixl_agent(name, config)
+        if "UCX" not in self._agent.backends:
+            raise RuntimeError("NIXL could not create its UCX backend; KV transfer is impossible")
+        self.name = name
+        self._pool = pool  # keeps the registered memory alive
+        self.base = pool.data_ptr()
+        self.nbytes = pool.numel() * pool.element_size()
+        self._reg = self._agent.register_memory(pool)
+        self._peers: dict[str, bytes] = {}
+        self._closed = False
+        logger.info("NIXL agent %s registered %.1f MiB of KV pool", name, self.nbytes / 2**20)
+
+    @property
+    def metadata(self) -> bytes:
+        return self._agent.get_agent_metadata()
+
+    def check_local(self, runs: list[Run], what: str) -> None:
+        check_within(runs, self.base, self.nbytes, what)
+
+    # --- peers --------------------------------------------------------------------------------
+    def add_peer(self, expected_name: str, metadata: bytes) -> None:
+        """Load a peer's metadata; raises one of ``self.errors`` or ValueError if unusable."""
+        if self._peers.get(expected_name) == metadata:
+            return
+        if expected_name in self._peers:
+            self.remove_peer(expected_name)
+        loaded = self._agent.add_remote_agent(metadata)
+        loaded = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+        if loaded != expected_name:
+            self._agent.remove_remote_agent(loaded)
+            raise ValueError(
+                f"peer said it is agent {expected_name!r} but its metadata names {loaded!r}")
+        self._peers[expected_name] = metadata
+
+    def has_peer(self, name: str) -> bool:
+        return name in self._peers
+
+    def remove_peer(self, name: str) -> None:
+        if self._peers.pop(name, None) is None:
+            return
+        try:
+            self._agent.remove_remote_agent(name)
+        except self.errors as exc:
+            logger.warning("NIXL: removing peer %s failed: %s", name, exc)
+
+    # --- transfers ----------------------------------------------------------------------------
+    def write(self, peer: str, src: list[Run], dst: list[Run], notif: bytes):
+        """Post a WRITE of ``src`` (local) into ``dst`` (peer memory); returns (handle, state)."""
+        local = self._agent.get_xfer_descs([(a, n, 0) for a, n in src], "DRAM")
+        remote = self._agent.get_xfer_descs([(a, n, 0) for a, n in dst], "DRAM")
+        handle = self._agent.initialize_xfer("WRITE", local, remote, peer, notif)
+        try:
+            state = self._agent.transfer(handle)
+        except self.errors:
+            self.release(handle)
+            raise
+        return handle, state
+
+    def state(self, handle) -> str:
+        """"DONE", "PROC" or "ERR"; also progresses UCX."""
+        try:
+            return self._agent.check_xfer_state(handle)
+        except self.errors as exc:
+            logger.warning("NIXL: transfer state check failed: %s", exc)
+            return "ERR"
+
+    def release(self, handle) -> bool:
+        """Free a handle; an active one is cancelled. False if NIXL refused (still active)."""
+        try:
+            self._agent.release_xfer_handle(handle)
+            return True
+        except self.errors as exc:
+            logger.warning("NIXL: could not release transfer handle: %s", exc)
+            return False
+
+    def notifs(self) -> list[bytes]:
+        """New notifications from any peer; also progresses UCX on the passive side."""
+        got = self._agent.get_new_notifs()
+        return [msg for msgs in got.values() for msg in msgs]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for name in list(self._peers):
+            self.remove_peer(name)
+        try:
+            self._agent.deregister_memory(self._reg)
+        except self.errors as exc:
+            logger.warning("NIXL: deregistering the KV pool failed: %s", exc)

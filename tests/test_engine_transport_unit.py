@@ -1,0 +1,315 @@
+"""Unit tests of the KV transport's logic with fake NIXL and fake sockets (no processes, no UCX)."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import pytest
+
+from components.engine.transfer_decode import DecodeSide
+from components.engine.transfer_events import KVArrived, RoomReleased, TransferDone, TransferFailed
+from components.engine.transfer_prefill import PrefillSide
+from components.engine.transfer_runs import check_within, pair_runs
+from protocol.kv_transfer import (
+    Abort,
+    AbortAck,
+    Hello,
+    KVNotif,
+    Register,
+    encode,
+    notif_decoder,
+    to_decode_decoder,
+    to_prefill_decoder,
+)
+
+BASE, SIZE = 0x10000, 0x10000
+RUNS = [(BASE, 256), (BASE + 1024, 256)]
+PEER_RUNS = [(BASE + 4096, 512)]  # same bytes, different split
+
+
+class FakeNixlError(Exception):
+    pass
+
+
+class FakeNixl:
+    errors = (FakeNixlError,)
+    name = "fake-agent"
+
+    def __init__(self, write_state: str = "PROC") -> None:
+        self.peers: set[str] = set()
+        self.write_state = write_state
+        self.states: dict[int, str] = {}
+        self.writes: list[tuple] = []
+        self.released: list[int] = []
+        self.inbox: list[bytes] = []
+
+    def check_local(self, runs, what):
+        check_within(runs, BASE, SIZE, what)
+
+    def add_peer(self, name, metadata):
+        if metadata == b"bad":
+            raise FakeNixlError("NIXL_ERR_MISMATCH")
+        self.peers.add(name)
+
+    def has_peer(self, name):
+        return name in self.peers
+
+    def write(self, peer, src, dst, notif):
+        handle = len(self.writes)
+        self.writes.append((peer, src, dst, notif))
+        self.states[handle] = self.write_state
+        return handle, self.write_state
+
+    def state(self, handle):
+        return self.states[handle]
+
+    def release(self, handle):
+        self.released.append(handle)
+        return True
+
+    def notifs(self):
+        out, self.inbox = self.inbox, []
+        return out
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, object]] = []
+
+    def send(self, identity, msg):
+        self.sent.append((identity, msg))
+        return True
+
+
+class FakeClient:
+    def __init__(self, connected: bool = True) -> None:
+        self.sent: list[tuple[tuple[str, int], object]] = []
+        self.connected = connected
+
+    def send(self, endpoint, msg):
+        self.sent.append((endpoint, msg))
+        return True
+
+    def was_connected(self, endpoint):
+        return self.connected
+
+
+def make_prefill(write_state="PROC", bootstrap_timeout=5.0, transfer_timeout=5.0):
+    nixl, server, events = FakeNixl(write_state), FakeServer(), []
+    side = PrefillSide(nixl, server, bootstrap_timeout, transfer_timeout, events.append)
+    side.on_message(b"id-d", Hello(agent_name="dec", agent_metadata=b"md"))
+    return side, nixl, server, events
+
+
+def make_decode(connected=True, transfer_timeout=5.0):
+    nixl, client, events = FakeNixl(), FakeClient(connected), []
+    return DecodeSide(nixl, client, transfer_timeout, events.append), nixl, client, events
+
+
+# --- runs -------------------------------------------------------------------------------------
+def test_pair_runs_identity_and_refinement():
+    assert pair_runs(RUNS, [(1, 256), (2, 256)]) == (RUNS, [(1, 256), (2, 256)])
+    src, dst = pair_runs([(100, 10), (200, 30)], [(0, 25), (50, 15)])
+    assert src == [(100, 10), (200, 15), (215, 15)]
+    assert dst == [(0, 10), (10, 15), (50, 15)]
+
+
+def test_pair_runs_size_mismatch_names_both_sides():
+    match = "prefill has 2 runs / 512 bytes, decode registered 1 runs / 100"
+    with pytest.raises(ValueError, match=match):
+        pair_runs(RUNS, [(0, 100)])
+
+
+def test_check_within_rejects_runs_outside_the_pool():
+    with pytest.raises(ValueError, match="outside the registered KV pool"):
+        check_within([(BASE + SIZE - 8, 16)], BASE, SIZE, "room 1")
+    with pytest.raises(ValueError, match="no KV runs"):
+        check_within([], BASE, SIZE, "room 1")
+
+
+# --- protocol ---------------------------------------------------------------------------------
+def test_messages_round_trip_and_reject_bad_shapes():
+    reg = Register(room=5, agent_name="d", runs=[(1, 2)])
+    assert to_prefill_decoder.decode(encode(reg)) == reg
+    assert to_decode_decoder.decode(encode(AbortAck(room=5, agent_name="p"))) == AbortAck(5, "p")
+    assert notif_decoder.decode(encode(KVNotif(room=5, first_token=9))).first_token == 9
+    bad = [
+        b"\xc1",  # not msgpack
+        msgspec.msgpack.encode({"type": "nope", "room": 1}),  # unknown tag
+        msgspec.msgpack.encode({"type": "register", "room": 0, "agent_name": "d",
+                                "runs": [[1, 2]]}),  # room 0 is reserved
+        msgspec.msgpack.encode({"type": "register", "room": 1, "agent_name": "d",
+                                "runs": [[1, 0]]}),  # empty run
+        msgspec.msgpack.encode({"type": "register", "room": 1, "agent_name": "d", "runs": []}),
+        encode(AbortAck(room=5, agent_name="p")),  # valid, but not for the prefill
+    ]
+    for data in bad:
+        with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)):
+            to_prefill_decoder.decode(data)
+
+
+# --- prefill ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("prefill_first", [True, False])
+def test_prefill_writes_when_both_sides_present(prefill_first):
+    side, nixl, _, events = make_prefill()
+    reg = Register(room=7, agent_name="dec", runs=PEER_RUNS)
+    if prefill_first:
+        side.add_prefill(7, RUNS, 42, "r")
+        assert not nixl.writes
+        side.on_message(b"id-d", reg)
+    else:
+        side.on_message(b"id-d", reg)
+        assert not nixl.writes
+        side.add_prefill(7, RUNS, 42, "r")
+    peer, src, dst, notif = nixl.writes[0]
+    assert peer == "dec" and src == RUNS and dst == [(BASE + 4096, 256), (BASE + 4352, 256)]
+    assert notif_decoder.decode(notif) == KVNotif(room=7, first_token=42)
+    side.progress(time.monotonic())
+    assert events == [] and side.busy
+    nixl.states[0] = "DONE"
+    side.progress(time.monotonic())
+    assert events == [TransferDone(7)] and not side.busy and nixl.released == [0]
+
+
+def test_prefill_abort_during_write_waits_for_the_handle():
+    side, nixl, server, events = make_prefill()
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.add_prefill(7, RUNS, 1, "r")
+    side.on_message(b"id-d", Abort(room=7, agent_name="dec", message="client gone"))
+    side.progress(time.monotonic())
+    assert events == [] and server.sent == []  # WRITE still in flight: nothing freed or acked
+    nixl.states[0] = "DONE"
+    side.progress(time.monotonic())
+    assert events == [TransferFailed(7, "aborted by decode: client gone")]
+    assert server.sent == [(b"id-d", AbortAck(room=7, agent_name="fake-agent"))]
+
+
+def test_local_abort_during_write_tells_decode_after_the_handle_settles():
+    side, nixl, server, events = make_prefill()
+    side.add_prefill(7, RUNS, 1, "r")
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.abort(7, "Aborted by client")
+    side.progress(time.monotonic())
+    assert events == []
+    nixl.states[0] = "ERR"
+    side.progress(time.monotonic())
+    assert events == [TransferFailed(7, "Aborted by client")]
+    assert server.sent == [(b"id-d", Abort(7, "fake-agent", "Aborted by client"))]
+
+
+def test_decode_abort_before_prefill_makes_add_prefill_fail_fast():
+    side, nixl, server, events = make_prefill()
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.on_message(b"id-d", Abort(room=7, agent_name="dec", message="gone"))
+    assert server.sent == [(b"id-d", AbortAck(room=7, agent_name="fake-agent"))]
+    side.add_prefill(7, RUNS, 1, "r")
+    assert events == [TransferFailed(7, "aborted by decode: gone")] and not nixl.writes
+
+
+def test_prefill_abort_before_kv_is_ready_fails_the_decode_registration():
+    side, nixl, server, events = make_prefill()
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.abort(7, "prefill request aborted")
+    assert server.sent == [(b"id-d", Abort(7, "fake-agent", "prefill request aborted"))]
+    side.on_message(b"id-d", Register(room=8, agent_name="dec", runs=PEER_RUNS))
+    side.abort(9, "early")  # registration comes later: it is answered with an Abort
+    side.on_message(b"id-d", Register(room=9, agent_name="dec", runs=PEER_RUNS))
+    assert server.sent[-1][1] == Abort(room=9, agent_name="fake-agent", message="early")
+    assert events == [] and not nixl.writes
+
+
+def test_prefill_times_out_waiting_for_decode():
+    side, nixl, server, events = make_prefill(bootstrap_timeout=0.5)
+    side.add_prefill(7, RUNS, 1, "r")
+    side.progress(time.monotonic() + 0.4)
+    assert events == []
+    side.progress(time.monotonic() + 0.6)
+    assert len(events) == 1
+    assert "timed out waiting for decode to register room 7" in events[0].message
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))  # too late
+    assert isinstance(server.sent[-1][1], Abort) and not nixl.writes
+
+
+def test_prefill_layout_mismatch_fails_both_sides_with_a_clear_message():
+    side, nixl, server, events = make_prefill()
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=[(BASE, 100)]))
+    side.add_prefill(7, RUNS, 1, "r")
+    assert len(events) == 1 and "KV layout mismatch" in events[0].message
+    reply = server.sent[-1][1]
+    assert isinstance(reply, Abort) and "KV layout mismatch" in reply.message
+
+
+def test_prefill_rejects_unknown_agents_bad_hello_and_bad_local_input():
+    side, nixl, server, events = make_prefill()
+    side.on_message(b"id-x", Hello(agent_name="evil", agent_metadata=b"bad"))
+    side.on_message(b"id-x", Register(room=3, agent_name="evil", runs=PEER_RUNS))
+    assert server.sent == [
+        (b"id-x", Abort(3, "fake-agent", "prefill does not know this decode agent"))]
+    with pytest.raises(ValueError, match="outside the registered KV pool"):
+        side.add_prefill(4, [(0, 16)], 1, "r")
+    side.add_prefill(5, RUNS, 1, "r")
+    with pytest.raises(ValueError, match="already"):
+        side.add_prefill(5, RUNS, 1, "r")
+
+
+# --- decode -----------------------------------------------------------------------------------
+def test_decode_registers_and_reports_arrival():
+    side, nixl, client, events = make_decode()
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    assert client.sent == [(("127.0.0.1", 5000), Register(7, "fake-agent", RUNS))]
+    nixl.inbox = [b"garbage", encode(KVNotif(room=99, first_token=1)),
+                  encode(KVNotif(room=7, first_token=3))]
+    side.progress(time.monotonic())
+    assert events == [KVArrived(7, 3)] and not side.busy
+
+
+def test_decode_abort_keeps_pages_until_prefill_acks():
+    side, nixl, client, events = make_decode()
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    side.abort(7, "client gone")
+    assert client.sent[-1][1] == Abort(room=7, agent_name="fake-agent", message="client gone")
+    side.progress(time.monotonic())
+    assert events == [] and side.busy
+    side.on_message(("127.0.0.1", 5000), AbortAck(room=7, agent_name="p"))
+    assert events == [RoomReleased(7)] and not side.busy
+
+
+def test_decode_abort_releases_at_once_if_prefill_never_connected():
+    side, _, _, events = make_decode(connected=False)
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    side.abort(7, "gone")
+    assert events == [RoomReleased(7)]
+
+
+def test_decode_timeout_fails_then_releases_after_ack_or_grace():
+    side, _, client, events = make_decode(transfer_timeout=0.5)
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    side.add_decode(8, "127.0.0.1", 5000, RUNS, "r")
+    side.progress(time.monotonic() + 0.6)
+    assert [type(e) for e in events] == [TransferFailed, TransferFailed]
+    assert "timed out waiting for KV of room 7" in events[0].message
+    assert isinstance(client.sent[-1][1], Abort)
+    side.on_message(("127.0.0.1", 5000), AbortAck(room=7, agent_name="p"))
+    assert events[-1] == RoomReleased(7)
+    side.progress(time.monotonic() + 1.5)  # no ack for room 8: released after the grace
+    assert events[-1] == RoomReleased(8) and not side.busy
+
+
+def test_decode_prefill_abort_and_disconnect_fail_and_release_at_once():
+    side, _, _, events = make_decode()
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    side.add_decode(8, "127.0.0.1", 5001, RUNS, "r")
+    side.on_message(("127.0.0.1", 5000), Abort(room=7, agent_name="p", message="oom"))
+    assert events == [TransferFailed(7, "prefill aborted the KV transfer: oom"), RoomReleased(7)]
+    side.on_disconnect(("127.0.0.1", 5001))
+    assert isinstance(events[2], TransferFailed) and "lost the connection" in events[2].message
+    assert events[3] == RoomReleased(8) and not side.busy
+
+
+def test_decode_rejects_bad_input():
+    side, _, _, _ = make_decode()
+    with pytest.raises(ValueError, match="invalid bootstrap address"):
+        side.add_decode(7, "", 5000, RUNS, "r")
+    with pytest.raises(ValueError, match="outside the registered KV pool"):
+        side.add_decode(7, "127.0.0.1", 5000, [(1, 1)], "r")
