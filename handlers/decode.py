@@ -97,7 +97,7 @@ class DecodeHandler(BaseHandler):
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
         self._check_choices(req.sampling_options.n)
-        self._check_prompt(req.token_ids, check_vocab=True)
+        self._check_prompt(req.token_ids, vocab_field="token_ids")
         params = tokens_sampling_params(
             req,
             prompt_len=len(req.token_ids),
@@ -109,10 +109,13 @@ class DecodeHandler(BaseHandler):
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
         self._check_choices(req.n)
-        ids = await self.preprocessor.chat_token_ids(
-            req.template_messages(), req.chat_template_kwargs
-        )
-        self._check_prompt(ids, check_vocab=False)
+        ids = req.prompt_token_ids
+        if ids is None:
+            ids = await self.preprocessor.chat_token_ids(
+                req.template_messages(), req.chat_template_kwargs
+            )
+        # Our own tokenizer's ids need no vocabulary check; the client's do.
+        self._check_prompt(ids, vocab_field="nvext.token_data" if req.prompt_token_ids else None)
         params = text_sampling_params(
             req, prompt_len=len(ids), context_length=self.config.context_length
         )
@@ -127,18 +130,18 @@ class DecodeHandler(BaseHandler):
                 f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}"
             )
 
-    def _check_prompt(self, ids: list[int], check_vocab: bool) -> None:
+    def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:
         limit = self.config.context_length
         if len(ids) >= limit:
             raise RequestError(
                 f"prompt is too long: {len(ids)} tokens, the model's context length is {limit} "
                 f"tokens (the prompt must leave room for at least one generated token)"
             )
-        if check_vocab and ids:
+        if vocab_field is not None and ids:
             top = max(ids)
             if top >= self.config.vocab_size:
                 raise RequestError(
-                    f"token_ids[{ids.index(top)}]: token id {top} is out of vocabulary "
+                    f"{vocab_field}[{ids.index(top)}]: token id {top} is out of vocabulary "
                     f"(vocab size {self.config.vocab_size})"
                 )
 

@@ -43,6 +43,15 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class NvExt(BaseModel):
+    """Dynamo's `nvext` extension. `token_data` is a pre-tokenized prompt: the 1.6.1 frontend
+    forwards it to a Text-mode worker unchecked, so the worker validates the ids itself."""
+
+    model_config = ConfigDict(extra="allow")
+
+    token_data: Optional[list[TokenId]] = Field(default=None, min_length=1)
+
+
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -67,6 +76,7 @@ class ChatCompletionRequest(BaseModel):
     ignore_eos: Optional[bool] = None
     skip_special_tokens: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
+    nvext: Optional[NvExt] = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -88,6 +98,11 @@ class ChatCompletionRequest(BaseModel):
         if not self.stream:
             return True
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def prompt_token_ids(self) -> Optional[list[int]]:
+        """The client's own prompt ids (`nvext.token_data`), which replace the chat template."""
+        return self.nvext.token_data if self.nvext is not None else None
 
     def template_messages(self) -> list[dict[str, Any]]:
         return [m.model_dump(exclude_none=True) for m in self.messages]

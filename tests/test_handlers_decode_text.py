@@ -88,6 +88,9 @@ async def test_text_disagg_sends_token_ids_not_messages(pre, tok):
     ({"messages": MESSAGES, "max_tokens": -1}, "max_tokens: must be >= 1"),
     ({"messages": MESSAGES, "temperature": -0.5}, "temperature: must be >= 0"),
     ({"messages": [{"role": "user", "content": "word " * 400}]}, "prompt is too long"),
+    ({"messages": MESSAGES, "nvext": {"token_data": [1, 2048]}},
+     "nvext.token_data[1]: token id 2048 is out of vocabulary (vocab size 2048)"),
+    ({"messages": MESSAGES, "nvext": {"token_data": [1, -3]}}, "nvext.token_data[1]: must be >= 0"),
 ])
 async def test_text_mode_bad_requests(pre, request_body, message):
     engine = FakeEngine(ENGINE_CHUNKS)
@@ -103,3 +106,11 @@ async def test_text_disagg_rejects_n2(pre):
         await collect(DecodeHandler(FakeEngine(), config(disaggregated=True),
                                     FakePrefillClient(None), pre)
                       .generate({"messages": MESSAGES, "n": 2}, FakeContext()))
+
+
+async def test_nvext_token_data_replaces_the_chat_template(pre):
+    engine = FakeEngine(ENGINE_CHUNKS)
+    request = {"messages": MESSAGES, "nvext": {"token_data": [5, 6, 7]}, "max_tokens": 2}
+    await collect(DecodeHandler(engine, config(), preprocessor=pre).generate(
+        request, FakeContext()))
+    assert engine.calls[0]["input_ids"] == [5, 6, 7]
