@@ -1,0 +1,85 @@
+"""SGLang-named flags for the embedded CPU engine.
+
+The spellings, choices and meanings match `sglang.srt.server_args.ServerArgs` (a test parses the
+launch scripts with the real one), so a launch line is valid for either engine. Flags SGLang has
+but the CPU engine cannot honour are accepted only with their neutral value, and say so. The few
+`--cpu-*` flags are CPU-engine knobs with no SGLang counterpart.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+# SGLang --dtype spellings -> torch dtype names the CPU engine takes; "auto" = engine default.
+_DTYPES = {"auto": None, "float": "float32", "float32": "float32", "half": "float16",
+           "float16": "float16", "bfloat16": "bfloat16"}
+
+# Optional engine knobs: ns attribute -> EngineConfig field. Passed on only when given, so the
+# engine's EngineConfig stays the single source of defaults.
+_OPTIONAL = {
+    "page_size": "page_size",
+    "context_length": "context_length",
+    "max_running_requests": "max_running_requests",
+    "max_total_tokens": "max_total_tokens",
+    "random_seed": "random_seed",
+    "stream_interval": "stream_interval",
+    "cpu_num_threads": "num_threads",
+    "cpu_bootstrap_timeout": "bootstrap_timeout",
+    "cpu_transfer_timeout": "transfer_timeout",
+}
+
+
+def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("Engine (SGLang flag names; embedded CPU engine)")
+    g.add_argument("--model-path", required=True, help="local Hugging Face model directory")
+    g.add_argument("--tokenizer-path", default=None, help="must equal --model-path if given")
+    g.add_argument("--served-model-name", default=None)
+    g.add_argument("--skip-tokenizer-init", action="store_true",
+                   help="token-in/token-out: the frontend tokenizes (ModelInput.Tokens)")
+    g.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null")
+    g.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
+    g.add_argument("--disaggregation-transfer-backend", choices=["nixl"], default="nixl",
+                   help="the CPU engine moves KV with NIXL only")
+    g.add_argument("--host", default="127.0.0.1", help="bind address of the bootstrap server")
+    g.add_argument("--page-size", type=int, default=None)
+    g.add_argument("--context-length", type=int, default=None)
+    g.add_argument("--max-running-requests", type=int, default=None)
+    g.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    g.add_argument("--dtype", choices=sorted(_DTYPES), default="auto")
+    g.add_argument("--random-seed", type=int, default=None)
+    g.add_argument("--stream-interval", type=int, default=None)
+    g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
+                   default=1, help="the CPU engine runs one rank: only 1")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="accepted for SGLang compatibility; local models only")
+    g.add_argument("--log-level", default="info")
+    g.add_argument("--cpu-num-threads", type=int, default=None, help="torch intra-op threads")
+    g.add_argument("--cpu-bootstrap-timeout", type=float, default=None,
+                   help="seconds a transfer may wait for its peer to register")
+    g.add_argument("--cpu-transfer-timeout", type=float, default=None,
+                   help="seconds a KV transfer may take")
+
+
+def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    """EngineConfig kwargs from the parsed namespace; rejects what the CPU engine cannot do."""
+    if ns.tp_size != 1:
+        raise SystemExit(f"--tp-size {ns.tp_size}: the CPU engine runs a single rank (use 1)")
+    if ns.tokenizer_path not in (None, ns.model_path):
+        raise SystemExit("--tokenizer-path: the CPU engine loads the tokenizer from --model-path")
+    kwargs: dict[str, Any] = {
+        "model_path": ns.model_path,
+        "served_model_name": ns.served_model_name or ns.model_path,
+        "skip_tokenizer_init": bool(ns.skip_tokenizer_init),
+        "disaggregation_mode": ns.disaggregation_mode,
+        "disaggregation_bootstrap_port": int(ns.disaggregation_bootstrap_port),
+        "disaggregation_transfer_backend": ns.disaggregation_transfer_backend,
+        "host": ns.host,
+    }
+    if _DTYPES[ns.dtype] is not None:
+        kwargs["dtype"] = _DTYPES[ns.dtype]
+    for attr, field in _OPTIONAL.items():
+        value = getattr(ns, attr)
+        if value is not None:
+            kwargs[field] = value
+    return kwargs

@@ -1,0 +1,85 @@
+"""The one place that decides which engine a worker runs, and builds it.
+
+`sglang` needs CUDA and an importable `sglang` package; everything else runs the embedded CPU
+engine (`components.engine`), which speaks the same Engine API. Nothing here imports sglang:
+that happens only in `components.sglang_engine`, and only when the sglang engine is chosen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+ENGINE_CHOICES = ("auto", "cpu", "sglang")
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What registration advertises about an engine's capacity."""
+
+    context_length: int
+    max_total_num_tokens: int
+    max_running_requests: int | None
+    page_size: int
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def sglang_importable() -> bool:
+    # find_spec, not import: importing sglang costs seconds and pulls in triton.
+    return importlib.util.find_spec("sglang") is not None
+
+
+def resolve_engine_kind(requested: str) -> str:
+    """Map `--engine auto|cpu|sglang` to the engine that will actually run."""
+    if requested not in ENGINE_CHOICES:
+        raise ValueError(f"--engine must be one of {ENGINE_CHOICES}, got {requested!r}")
+    if requested == "cpu":
+        return "cpu"
+    has_sglang, has_cuda = sglang_importable(), cuda_available()
+    if requested == "sglang":
+        if not (has_sglang and has_cuda):
+            raise SystemExit(
+                "--engine sglang needs a CUDA device and the sglang package "
+                f"(cuda available: {has_cuda}, sglang importable: {has_sglang}); "
+                "use --engine cpu to run the embedded CPU engine"
+            )
+        return "sglang"
+    kind = "sglang" if (has_sglang and has_cuda) else "cpu"
+    logger.info("--engine auto -> %s (cuda=%s, sglang=%s)", kind, has_cuda, has_sglang)
+    return kind
+
+
+def build_engine(kind: str, engine_args: Any) -> Any:
+    """Start the engine (loads the model; takes seconds). `engine_args` comes from
+    `components.args`: CPU `EngineConfig` kwargs or an SGLang `ServerArgs`."""
+    if kind == "sglang":
+        from components.sglang_engine import create_engine
+
+        return create_engine(engine_args)
+    from components.engine.engine import Engine
+
+    return Engine(**dict(engine_args))
+
+
+def engine_limits(kind: str, engine: Any) -> EngineLimits:
+    if kind == "sglang":
+        from components.sglang_engine import sglang_limits
+
+        return sglang_limits(engine)
+    return EngineLimits(
+        context_length=int(engine.context_length),
+        max_total_num_tokens=int(engine.max_total_num_tokens),
+        max_running_requests=engine.max_running_requests,
+        page_size=int(engine.page_size),
+    )

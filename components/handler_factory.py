@@ -1,0 +1,69 @@
+"""Build the role's handler and its health-check payload from the worker config and engine."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Optional
+
+from components.args import WorkerConfig, WorkerMode
+from components.engine_factory import engine_limits
+from handlers import (
+    DecodeConfig,
+    DecodeHandler,
+    PrefillConfig,
+    PrefillHandler,
+    Preprocessor,
+    decode_health_payload,
+    prefill_health_payload,
+)
+
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def advertised_host(host: str) -> str:
+    """The address a decode engine should dial for this prefill's bootstrap server: the bind
+    address, or this machine's address when bound to a wildcard."""
+    if host not in _WILDCARD_HOSTS:
+        return host
+    return socket.gethostbyname(socket.gethostname())
+
+
+def _vocab_size(engine: Any) -> int:
+    size = getattr(engine, "vocab_size", None)
+    if size is None:  # sglang: the model config knows it
+        size = engine.tokenizer_manager.model_config.vocab_size
+    return int(size)
+
+
+def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any]) -> Any:
+    if config.mode is WorkerMode.PREFILL:
+        return PrefillHandler(engine, PrefillConfig(
+            bootstrap_host=advertised_host(config.host), bootstrap_port=config.bootstrap_port))
+    limits = engine_limits(config.engine_kind, engine)
+    preprocessor = None
+    if not config.skip_tokenizer_init:
+        preprocessor = Preprocessor(engine.tokenizer_manager.tokenizer)
+    decode_config = DecodeConfig(
+        served_model_name=config.served_model_name,
+        context_length=limits.context_length,
+        vocab_size=_vocab_size(engine),
+        skip_tokenizer_init=config.skip_tokenizer_init,
+        disaggregated=config.mode is WorkerMode.DECODE,
+        bootstrap_timeout_s=config.dynamo.prefill_wait_timeout,
+    )
+    return DecodeHandler(engine, decode_config, prefill_client=prefill_client,
+                         preprocessor=preprocessor)
+
+
+def _bos_token_id(engine: Any) -> int:
+    tokenizer = getattr(engine.tokenizer_manager, "tokenizer", None)
+    bos = getattr(tokenizer, "bos_token_id", None) if tokenizer is not None else None
+    # Token 1 exists in every vocabulary we serve; it is only a canary prompt.
+    return int(bos) if bos is not None else 1
+
+
+def health_check_payload(config: WorkerConfig, engine: Any) -> dict[str, Any]:
+    bos = _bos_token_id(engine)
+    if config.mode is WorkerMode.PREFILL:
+        return prefill_health_payload(bos)
+    return decode_health_payload(bos, text_mode=not config.skip_tokenizer_init)

@@ -1,0 +1,82 @@
+"""Small OpenAI-over-HTTP helpers for the end-to-end tests (httpx, SSE parsing)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class StreamResult:
+    text: str = ""
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    roles: list[str] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)  # monotonic time of each content delta
+    done: bool = False
+
+
+def user(content: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": content}]
+
+
+def post(http: httpx.Client, url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return http.post(f"{url}/v1/{path}", json=body)
+
+
+def chat(http: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = post(http, url, "chat/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def completion(http: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = post(http, url, "completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def apply_event(result: StreamResult, data: dict[str, Any]) -> None:
+    if "error" in data:
+        result.error = data["error"]
+        return
+    if data.get("usage"):
+        result.usage = data["usage"]
+    for choice in data.get("choices", []):
+        delta = choice.get("delta") or {}
+        if delta.get("role"):
+            result.roles.append(delta["role"])
+        piece = delta.get("content") if "delta" in choice else choice.get("text")
+        if piece:
+            result.text += piece
+            result.arrivals.append(time.monotonic())
+        if choice.get("finish_reason"):
+            result.finish_reason = choice["finish_reason"]
+
+
+def stream(http: httpx.Client, url: str, path: str, body: dict[str, Any]) -> StreamResult:
+    """POST with stream=true (usage requested) and collect the SSE events."""
+    result = StreamResult()
+    body = {"stream_options": {"include_usage": True}, **body, "stream": True}
+    with http.stream("POST", f"{url}/v1/{path}", json=body) as r:
+        assert r.status_code == 200, r.read().decode()
+        for line in r.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[len("data:"):].strip()
+            if payload == "[DONE]":
+                result.done = True
+                break
+            apply_event(result, json.loads(payload))
+    return result
+
+
+def error_message(response: httpx.Response) -> str:
+    body = response.json()
+    err = body.get("error", body)
+    return err.get("message", "") if isinstance(err, dict) else str(err)

@@ -1,0 +1,176 @@
+"""Start and stop real topologies: `python -m dynamo.frontend` plus worker processes
+(`python -m components`) on the CPU engine, sharing a fresh file-discovery directory.
+
+Each process runs in its own process group with its output in a log file under the stack's
+directory; `stop()` sends SIGTERM to the groups, waits a bounded time, then SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 15.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def free_system_port() -> int:
+    """A free port below 32768: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(20000, 32767)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below 32768")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll `predicate` until it returns a truthy value; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (httpx.HTTPError, OSError) as exc:
+            last_error = exc
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    system_port: int | None = None
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        self.signal_group(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            return self.popen.wait(5)
+        finally:
+            self.signal_group(signal.SIGKILL)  # stragglers left in the group
+
+    def kv_pages_in_use(self) -> int:
+        r = httpx.get(f"http://{HOST}:{self.system_port}/engine/kv_pages", timeout=5)
+        r.raise_for_status()
+        return int(r.json()["pages_in_use"])
+
+
+@dataclass
+class Stack:
+    """One frontend and any number of workers sharing a discovery directory."""
+
+    workdir: Path
+    model_path: str
+    procs: dict[str, Proc] = field(default_factory=dict)
+    http_port: int = field(default_factory=free_port)
+
+    def __post_init__(self) -> None:
+        self.kv_dir = self.workdir / "discovery"
+        self.kv_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(DYN_FILE_KV=str(self.kv_dir), DYN_DISCOVERY_BACKEND="file",
+                   DYN_SYSTEM_HOST=HOST, DYN_LOG="warn", OMP_NUM_THREADS="1",
+                   PYTHONUNBUFFERED="1")
+        env.update(extra)
+        return env
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str],
+               system_port: int | None = None) -> Proc:
+        log_path = self.workdir / f"{name}.log"
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        proc = Proc(name, popen, log_path, system_port)
+        self.procs[name] = proc
+        return proc
+
+    def start_frontend(self) -> Proc:
+        argv = [sys.executable, "-m", "dynamo.frontend", "--discovery-backend", "file",
+                "--http-host", HOST, "--http-port", str(self.http_port)]
+        return self._spawn("frontend", argv, self.env())
+
+    def start_worker(self, name: str, mode: str, served_name: str, *extra: str,
+                     skip_tokenizer_init: bool = True) -> Proc:
+        system_port = free_system_port()
+        argv = [sys.executable, "-m", "components", "--engine", "cpu",
+                "--model-path", self.model_path, "--served-model-name", served_name,
+                "--host", HOST, "--disaggregation-mode", mode, "--debug-routes",
+                "--cpu-num-threads", "1", *extra]
+        if skip_tokenizer_init:
+            argv.append("--skip-tokenizer-init")
+        env = self.env(DYN_SYSTEM_PORT=str(system_port))
+        return self._spawn(name, argv, env, system_port)
+
+    def models(self) -> list[str]:
+        r = httpx.get(f"{self.url}/v1/models", timeout=5)
+        r.raise_for_status()
+        return [m["id"] for m in r.json()["data"]]
+
+    def wait_ready(self, *served_names: str, timeout: float = READY_TIMEOUT_S) -> None:
+        def ready() -> bool:
+            self.check_alive()
+            return set(served_names) <= set(self.models())
+
+        wait_until(ready, timeout, f"models {served_names} on {self.url}", interval=0.5)
+
+    def check_alive(self) -> None:
+        for proc in self.procs.values():
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n"
+                                   + proc.log_text()[-4000:])
+
+    def stop(self) -> None:
+        # Workers first, so the frontend never routes to a half-stopped worker.
+        for name in [n for n in self.procs if n != "frontend"] + ["frontend"]:
+            if name in self.procs:
+                self.procs[name].stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.name} =====\n{p.log_text()[-3000:]}" for p in self.procs.values())

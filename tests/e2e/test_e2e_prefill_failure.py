@@ -1,0 +1,98 @@
+"""A prefill worker that hangs or dies: the client's request ends with an error within the
+configured bound, the decode worker frees what it held, and serves again once a new prefill
+worker is up (the dead one stays listed in file discovery; the decode side skips it)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.client import post, user
+from tests.e2e.conftest import DISAGG, PREFILL_WAIT_S, start_prefill, start_topology
+from tests.e2e.stack import Stack, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+REQUEST = {"model": DISAGG, "messages": user("hello"), "max_tokens": 4, "temperature": 0.0}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_model_path) -> Iterator[Stack]:
+    stack = start_topology(tmp_path_factory.mktemp("failure"), tiny_model_path, True,
+                           with_agg=False)
+    yield stack
+    stack.stop()
+
+
+def timed_post(url: str) -> tuple[httpx.Response, float]:
+    with httpx.Client(timeout=120) as client:
+        t0 = time.monotonic()
+        r = post(client, url, "chat/completions", REQUEST)
+        return r, time.monotonic() - t0
+
+
+def test_hung_then_killed_prefill_fails_requests_fast_and_a_new_prefill_restores_service(stack):
+    ok, _ = timed_post(stack.url)
+    assert ok.status_code == 200, ok.text
+    prefill = stack.procs["prefill"]
+
+    # Hung prefill: no bootstrap info ever comes; the wait is bounded by --prefill-wait-timeout.
+    prefill.signal_group(signal.SIGSTOP)
+    r, elapsed = timed_post(stack.url)
+    assert r.status_code >= 500, r.text
+    assert elapsed < PREFILL_WAIT_S + 10, elapsed
+
+    # Killed mid-request: a request is waiting on the frozen prefill when it dies.
+    result: dict = {}
+    waiter = threading.Thread(target=lambda: result.update(zip(("r", "t"), timed_post(stack.url))))
+    waiter.start()
+    # Not a synchronization: the assertions hold whenever the kill lands (a request that
+    # finds the prefill gone fails within the connect bound); this makes "mid-request" likely.
+    time.sleep(1.0)
+    killed_at = time.monotonic()
+    prefill.signal_group(signal.SIGKILL)
+    waiter.join(PREFILL_WAIT_S + 30)
+    assert not waiter.is_alive(), "the request hung after its prefill worker died"
+    assert result["r"].status_code >= 500, result["r"].text
+    assert time.monotonic() - killed_at < PREFILL_WAIT_S + 10
+    wait_until(lambda: stack.procs["decode"].kv_pages_in_use() == 0, 15, "decode pages freed")
+
+    # A new prefill worker: decode serves again.
+    prefill.popen.wait(10)
+    del stack.procs["prefill"]
+    start_prefill(stack, "prefill2", skip_tokenizer_init=True)
+
+    def served() -> bool:
+        stack.check_alive()
+        return timed_post(stack.url)[0].status_code == 200
+
+    wait_until(served, 120, "a request served through the new prefill worker", interval=1.0)
+    wait_until(lambda: stack.procs["decode"].kv_pages_in_use() == 0
+               and stack.procs["prefill2"].kv_pages_in_use() == 0, 15, "pages back to 0")
+
+
+def test_sigterm_unregisters_drains_and_exits_zero(stack):
+    """Runs after the failure test (same module topology): stop both workers with SIGTERM."""
+    result: dict = {}
+    body = {**REQUEST, "max_tokens": 1500, "ignore_eos": True}
+    with httpx.Client(timeout=60) as client:
+        def in_flight() -> None:
+            result["r"] = post(client, stack.url, "chat/completions", body)
+
+        request = threading.Thread(target=in_flight)
+        request.start()
+        wait_until(lambda: stack.procs["decode"].kv_pages_in_use() > 0, 30,
+                   "the request to be decoding")
+        assert stack.procs["decode"].stop(timeout=60) == 0
+        request.join(60)
+    # In flight when SIGTERM arrived: drained, not cut off.
+    assert result["r"].status_code == 200, result["r"].text
+    assert result["r"].json()["usage"]["completion_tokens"] == 1500
+    wait_until(lambda: DISAGG not in stack.models(), 15, "the model to be unregistered")
+    prefill = next(p for n, p in stack.procs.items() if n.startswith("prefill"))
+    assert prefill.stop(timeout=60) == 0
