@@ -86,10 +86,14 @@ class FakeClient:
     def __init__(self, connected: bool = True) -> None:
         self.sent: list[tuple[tuple[str, int], object]] = []
         self.connected = connected
+        self.forgotten: list[tuple[str, int]] = []
 
     def send(self, endpoint, msg):
         self.sent.append((endpoint, msg))
         return True
+
+    def forget(self, endpoint):
+        self.forgotten.append(endpoint)
 
     def was_connected(self, endpoint):
         return self.connected
@@ -276,9 +280,22 @@ def test_decode_abort_keeps_pages_until_prefill_acks():
 
 
 def test_decode_abort_releases_at_once_if_prefill_never_connected():
-    side, _, _, events = make_decode(connected=False)
+    side, _, client, events = make_decode(connected=False)
     side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
     side.abort(7, "gone")
+    # The queued Register is dropped with the socket, so nothing can write into the pages.
+    assert client.forgotten == [("127.0.0.1", 5000)]
+    assert events == [RoomReleased(7)]
+
+
+def test_decode_abort_before_connect_waits_when_another_room_shares_the_socket():
+    side, _, client, events = make_decode(connected=False, transfer_timeout=0.5)
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    side.add_decode(8, "127.0.0.1", 5000, RUNS, "r")
+    side.abort(7, "gone")
+    assert client.forgotten == [] and isinstance(client.sent[-1][1], Abort)
+    assert events == []  # the Register may still be delivered: keep the pages
+    side.on_message(("127.0.0.1", 5000), AbortAck(room=7, agent_name="p"))
     assert events == [RoomReleased(7)]
 
 

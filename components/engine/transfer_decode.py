@@ -135,10 +135,19 @@ class DecodeSide:
         r.releasing = True
         r.since = time.monotonic()
         r.deadline = r.since + self._transfer_timeout
-        if not self._client.was_connected(r.endpoint):
-            self._release(r)  # the prefill never saw the registration: nothing can be written
-        elif not self._client.send(r.endpoint, Abort(r.room, self._nixl.name, message)):
+        sent = self._client.send(r.endpoint, Abort(r.room, self._nixl.name, message))
+        if not sent:
             self._release(r)
+        elif not self._client.was_connected(r.endpoint) and not self._shares_endpoint(r):
+            # The Register may still sit in the socket's queue: closing the socket (linger 0)
+            # drops it, so no prefill can ever write into these pages.
+            self._client.forget(r.endpoint)
+            self._release(r)
+        # Otherwise the prefill may have the Register (or get it before the queued Abort):
+        # keep the pages until it acknowledges, or the grace ends.
+
+    def _shares_endpoint(self, r: _Room) -> bool:
+        return any(o.endpoint == r.endpoint for o in self._rooms.values() if o is not r)
 
     def _release(self, r: _Room) -> None:
         if self._rooms.pop(r.room, None) is not None:

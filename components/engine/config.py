@@ -1,0 +1,108 @@
+"""Settings of the embedded CPU engine, named like SGLang's ``ServerArgs`` fields."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+DISAGG_MODES = ("null", "prefill", "decode")
+TRANSFER_BACKENDS = ("nixl",)
+DTYPES = ("float32", "bfloat16", "float16")
+# Waits for a peer are bounded; the issue caps the default at 30 s.
+MAX_DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_POOL_TOKENS = 65536
+DEFAULT_POOL_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What an ``Engine(**kwargs)`` call accepts; every name matches SGLang's ServerArgs."""
+
+    model_path: str
+    served_model_name: str | None = None
+    skip_tokenizer_init: bool = False
+    disaggregation_mode: str = "null"
+    disaggregation_bootstrap_port: int = 8998
+    disaggregation_transfer_backend: str = "nixl"
+    host: str = "127.0.0.1"
+    page_size: int = 16
+    context_length: int | None = None
+    max_running_requests: int = 16
+    # KV pool size in tokens (SGLang's name). None: as many as fit in DEFAULT_POOL_BYTES,
+    # at most DEFAULT_POOL_TOKENS (32 MiB for the tiny model, 256 MiB for the small one).
+    max_total_tokens: int | None = None
+    dtype: str = "float32"
+    random_seed: int = 0
+    num_threads: int = 1
+    bootstrap_timeout: float = MAX_DEFAULT_TIMEOUT_S
+    transfer_timeout: float = MAX_DEFAULT_TIMEOUT_S
+    stream_interval: int = 1
+    # Tokens of prompt prefilled per scheduler step before running rows get their decode step;
+    # a bound on how long one step can delay the running batch (at least one prefill per step).
+    max_prefill_tokens: int = 8192
+    log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
+    #                               configures logging
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_path, str) or not self.model_path:
+            raise ValueError("model_path must be the path of a Hugging Face model directory")
+        if self.served_model_name is None:
+            object.__setattr__(self, "served_model_name", self.model_path)
+        if self.disaggregation_mode not in DISAGG_MODES:
+            raise ValueError(
+                f"disaggregation_mode must be one of {DISAGG_MODES}, "
+                f"got {self.disaggregation_mode!r}"
+            )
+        if self.disaggregation_transfer_backend not in TRANSFER_BACKENDS:
+            raise ValueError(
+                "the CPU engine supports disaggregation_transfer_backend "
+                f"{TRANSFER_BACKENDS}, got {self.disaggregation_transfer_backend!r}"
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        # 0: bind a free port (prefill), reported back through Engine.server_args.
+        _require_int_range("disaggregation_bootstrap_port", self.disaggregation_bootstrap_port,
+                           0, 65535)
+        _require_int_range("page_size", self.page_size, 1, 4096)
+        _require_int_range("max_running_requests", self.max_running_requests, 1, 4096)
+        if self.max_total_tokens is not None:
+            _require_int_range("max_total_tokens", self.max_total_tokens, self.page_size, 1 << 31)
+        _require_int_range("num_threads", self.num_threads, 1, 1024)
+        _require_int_range("stream_interval", self.stream_interval, 1, 1 << 20)
+        _require_int_range("max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 31)
+        _require_int_range("random_seed", self.random_seed, 0, 2**63 - 1)
+        if self.context_length is not None:
+            _require_int_range("context_length", self.context_length, 2, 1 << 31)
+        for name in ("bootstrap_timeout", "transfer_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= 3600:
+                raise ValueError(f"{name} must be a number of seconds in (0, 3600], got {value!r}")
+        if not isinstance(self.host, str) or not self.host:
+            raise ValueError("host must be a non-empty address to bind side channels to")
+
+    def num_pages(self, bytes_per_token: int) -> int:
+        """KV pool size in pages (rounded down to whole pages)."""
+        tokens = self.max_total_tokens
+        if tokens is None:
+            tokens = min(DEFAULT_POOL_TOKENS, DEFAULT_POOL_BYTES // bytes_per_token)
+        return max(tokens // self.page_size, 1)
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "EngineConfig":
+        """From ``Engine(**kwargs)``; unknown names raise TypeError, as with SGLang's ServerArgs."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(
+                f"Unexpected keyword argument(s) for the CPU engine: {', '.join(unknown)}. "
+                f"Accepted: {', '.join(sorted(known))}"
+            )
+        if "model_path" not in kwargs:
+            raise TypeError("Engine() missing required keyword argument: 'model_path'")
+        return cls(**kwargs)
+
+
+def _require_int_range(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")

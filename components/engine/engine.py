@@ -1,0 +1,251 @@
+"""``Engine``: SGLang's offline Engine API on the embedded CPU engine.
+
+The asyncio side only validates cheap things, enqueues the request for the engine thread and
+awaits chunks from a per-request asyncio queue. It works from any event loop (the loop is
+captured per call). Streams are incremental, as with SGLang's ``incremental_streaming_output``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import uuid
+from typing import Any, AsyncIterator
+
+from transformers import AutoTokenizer
+
+from components.engine.config import EngineConfig
+from components.engine.engine_loop import EngineLoop
+from components.engine.engine_sync import SyncGenerateMixin
+from components.engine.outputs import LoopBatcher
+from components.engine.sampling_params import SamplingParams
+from components.engine.sequence import Bootstrap, Sequence
+from components.engine.tokenizer_manager import TokenizerManager
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_JOIN_S = 30.0
+
+# Engine API parameters this engine cannot honour: passing a non-default value is an error.
+_UNSUPPORTED_DEFAULTS: dict[str, Any] = {
+    "image_data": None, "audio_data": None, "video_data": None, "mm_hashes": None,
+    "mm_content_hashes": None, "return_logprob": False, "logprob_start_len": None,
+    "top_logprobs_num": None, "token_ids_logprob": None, "lora_path": None,
+    "custom_logit_processor": None, "require_reasoning": False, "return_hidden_states": False,
+    "return_routed_experts": False, "session_params": None, "session_id": None,
+}
+
+
+class Engine(SyncGenerateMixin):
+    """``Engine(**kwargs)`` with SGLang ServerArgs names (see EngineConfig)."""
+
+    def __init__(self, server_args: EngineConfig | None = None, **kwargs: Any) -> None:
+        if server_args is None:
+            server_args = EngineConfig.from_kwargs(**kwargs)
+        self.server_args = cfg = server_args
+        tokenizer = None
+        if not cfg.skip_tokenizer_init:
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+        self._batcher = LoopBatcher()
+        self._loop = EngineLoop(cfg, self._batcher)
+        self._info = self._loop.start()
+        if self._info.bootstrap_port not in (None, cfg.disaggregation_bootstrap_port):
+            # Port 0 asked for a free port: report the bound one, as callers read it from here.
+            self.server_args = dataclasses.replace(
+                cfg, disaggregation_bootstrap_port=self._info.bootstrap_port)
+        self._lock = threading.Lock()
+        self._live_rids: set[str] = set()
+        self._closed = False
+        self.tokenizer_manager = TokenizerManager(tokenizer, self.server_args, self._loop)
+
+    # ---- registration facts -------------------------------------------------------------------
+    @property
+    def max_total_num_tokens(self) -> int:
+        return self._info.max_total_num_tokens
+
+    @property
+    def page_size(self) -> int:
+        return self._info.page_size
+
+    @property
+    def context_length(self) -> int:
+        return self._info.context_length
+
+    @property
+    def max_running_requests(self) -> int:
+        return self.server_args.max_running_requests
+
+    @property
+    def vocab_size(self) -> int:
+        return self._info.vocab_size
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self._info.eos_token_ids
+
+    def get_server_info(self) -> dict[str, Any]:
+        info = {k: getattr(self.server_args, k) for k in (
+            "model_path", "served_model_name", "skip_tokenizer_init", "disaggregation_mode",
+            "disaggregation_bootstrap_port", "disaggregation_transfer_backend", "host", "dtype")}
+        info.update(page_size=self.page_size, context_length=self.context_length,
+                    max_total_num_tokens=self.max_total_num_tokens,
+                    max_running_requests=self.max_running_requests)
+        return info
+
+    def kv_pages_in_use(self) -> int:
+        """KV pool pages held by live requests (tests assert it returns to 0)."""
+        return self._loop.pages_in_use()
+
+    # ---- generation ---------------------------------------------------------------------------
+    async def async_generate(
+        self,
+        prompt: str | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        input_ids: list[int] | None = None,
+        image_data: Any = None,
+        audio_data: Any = None,
+        video_data: Any = None,
+        mm_hashes: Any = None,
+        mm_content_hashes: Any = None,
+        return_logprob: bool = False,
+        logprob_start_len: Any = None,
+        top_logprobs_num: Any = None,
+        token_ids_logprob: Any = None,
+        lora_path: Any = None,
+        custom_logit_processor: Any = None,
+        require_reasoning: bool = False,
+        return_hidden_states: bool = False,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
+        stream: bool = False,
+        bootstrap_host: str | None = None,
+        bootstrap_port: int | None = None,
+        bootstrap_room: int | None = None,
+        routed_dp_rank: int | None = None,
+        disagg_prefill_dp_rank: int | None = None,
+        kv_hints: dict | None = None,
+        data_parallel_rank: int | None = None,
+        external_trace_header: dict | None = None,
+        rid: str | None = None,
+        session_params: dict | None = None,
+        priority: int | None = None,
+        session_id: str | None = None,
+        *,
+        cache_salt: Any = None,
+    ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        """One request. ``stream=True``: an async iterator of incremental chunks; else the final
+        dict (cumulative ``output_ids``/``text``). Bad input ends the request with
+        ``finish_reason {"type": "abort", "status_code": 400, "message": ...}`` (returned, or the
+        last streamed chunk) rather than raising; programming errors (duplicate rid, a text
+        prompt with skip_tokenizer_init, unsupported features, batches) raise ValueError."""
+        given = locals()
+        for name, default in _UNSUPPORTED_DEFAULTS.items():
+            if given[name] != default:
+                raise ValueError(f"{name} is not supported by the CPU engine")
+        if isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)):
+            raise ValueError("batched requests are not supported by the CPU engine; "
+                             "call async_generate once per prompt")
+        if input_ids is None and prompt is not None and self.server_args.skip_tokenizer_init:
+            raise ValueError(
+                "The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
+                "Please provide input_ids or re-initialize the engine with "
+                "skip_tokenizer_init=False."
+            )
+        rid = rid if rid is not None else uuid.uuid4().hex
+        if not isinstance(rid, str) or not rid:
+            raise ValueError(f"rid must be a non-empty string, got {rid!r}")
+        seq = self._make_sequence(rid, prompt, input_ids, sampling_params, stream,
+                                  bootstrap_host, bootstrap_port, bootstrap_room)
+        queue: asyncio.Queue = asyncio.Queue()
+        seq.sink = self._sink_for(asyncio.get_running_loop(), queue, rid)
+        self._submit(seq)
+        if stream:
+            return self._stream(rid, queue)
+        return await self._result(rid, queue)
+
+    def _make_sequence(self, rid, prompt, input_ids, sampling_params, stream,
+                       bootstrap_host, bootstrap_port, bootstrap_room) -> Sequence:
+        reject = None
+        try:
+            params = SamplingParams.from_dict(sampling_params, self._info.vocab_size)
+        except ValueError as exc:
+            params, reject = SamplingParams(), str(exc)
+        if reject is None:
+            reject = _input_problem(prompt, input_ids)
+        boot = None
+        if (bootstrap_host, bootstrap_port, bootstrap_room) != (None, None, None):
+            boot = Bootstrap(bootstrap_host, bootstrap_port, bootstrap_room)
+        return Sequence(rid=rid, params=params, sink=_unset_sink,
+                        input_ids=list(input_ids) if isinstance(input_ids, tuple) else input_ids,
+                        prompt_text=prompt if input_ids is None else None,
+                        bootstrap=boot, stream=stream, reject=reject)
+
+    def _sink_for(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, rid: str):
+        batcher, live, lock = self._batcher, self._live_rids, self._lock
+
+        def sink(chunk: dict[str, Any], final: bool) -> None:  # runs on the engine thread
+            if final:
+                with lock:
+                    live.discard(rid)
+            batcher.put(loop, queue, chunk)
+
+        return sink
+
+    def _submit(self, seq: Sequence) -> None:
+        with self._lock:
+            if self._closed or not self._loop.alive:
+                raise RuntimeError("the CPU engine is shut down")
+            if seq.rid in self._live_rids:
+                raise ValueError(f"Duplicate request ID detected: {seq.rid}")
+            self._live_rids.add(seq.rid)
+            self._loop.submit(seq)
+
+    async def _result(self, rid: str, queue: asyncio.Queue) -> dict[str, Any]:
+        try:
+            while True:
+                chunk = await queue.get()
+                if chunk["meta_info"]["finish_reason"] is not None:
+                    return chunk
+        except BaseException:  # cancelled: the request must not keep running (and holding KV)
+            self.tokenizer_manager.abort_request(rid)
+            raise
+
+    async def _stream(self, rid: str, queue: asyncio.Queue) -> AsyncIterator[dict[str, Any]]:
+        finished = False
+        try:
+            while not finished:
+                chunk = await queue.get()
+                finished = chunk["meta_info"]["finish_reason"] is not None
+                yield chunk
+        finally:
+            if not finished:  # closed or cancelled by the consumer, as SGLang: abort
+                self.tokenizer_manager.abort_request(rid)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the engine thread (idempotent): live requests end with an abort, memory is freed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._loop.stop(SHUTDOWN_JOIN_S)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _input_problem(prompt: Any, input_ids: Any) -> str | None:
+    if input_ids is None and prompt is None:
+        return "Either text, input_ids or input_embeds should be provided."
+    if input_ids is None and not isinstance(prompt, str):
+        return f"prompt must be a string, got {type(prompt).__name__}"
+    return None  # input_ids are checked on the engine thread (vocabulary, length)
+
+
+def _unset_sink(chunk: dict[str, Any], final: bool) -> None:
+    raise RuntimeError("sequence submitted without a sink")

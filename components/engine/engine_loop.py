@@ -1,0 +1,244 @@
+"""The engine thread: owns the model, the KV pool, the scheduler and the KV transport.
+
+ALL torch work, model load included, runs on this one thread (study pitfall 3: libgomp
+throttles when torch has run on more than one OS thread). Other threads only enqueue commands;
+results leave through the LoopBatcher. When idle the thread blocks on its command queue
+(with a short periodic wake in disaggregated mode, so the transport's side channel progresses).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, GenerationConfig
+
+from components.engine.config import EngineConfig
+from components.engine.kv_pool import KVPool
+from components.engine.model_runner import ModelRunner, read_model_shape
+from components.engine.outputs import LoopBatcher, finish_abort
+from components.engine.request_checks import Limits
+from components.engine.scheduler import Scheduler, SchedulerConfig
+from components.engine.sequence import Sequence
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAKE_S = 0.05   # disaggregated & idle: service the side channel this often
+PEER_POLL_S = 0.002  # waiting on a peer with nothing to compute: transport poll slice
+STARTUP_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine thread found at startup; read-only for other threads."""
+
+    vocab_size: int
+    context_length: int
+    num_pages: int
+    page_size: int
+    max_total_num_tokens: int
+    eos_token_ids: frozenset[int]
+    bootstrap_port: int | None  # prefill mode: the port the bootstrap server really bound
+
+
+_STOP = object()
+
+
+class EngineLoop:
+    def __init__(self, cfg: EngineConfig, batcher: LoopBatcher) -> None:
+        self.cfg = cfg
+        self._batcher = batcher
+        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="cpu-engine", daemon=True)
+        self.info: EngineInfo | None = None
+        self._pool: KVPool | None = None
+        self._sched: Scheduler | None = None
+        self._disagg = None
+
+    # ---- called from other threads ----------------------------------------------------------
+    def start(self) -> EngineInfo:
+        self._thread.start()
+        if not self._ready.wait(STARTUP_TIMEOUT_S):
+            raise RuntimeError(f"CPU engine did not start within {STARTUP_TIMEOUT_S:.0f} s")
+        if self._startup_error is not None:
+            err = self._startup_error
+            raise RuntimeError(f"CPU engine failed to start: {err}") from err
+        assert self.info is not None
+        return self.info
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, seq: Sequence) -> None:
+        self._cmds.put(("add", seq))
+
+    def abort(self, rid: str, abort_all: bool) -> None:
+        self._cmds.put(("abort", rid, abort_all))
+
+    def stop(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._cmds.put(_STOP)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.error("CPU engine thread did not stop within %.0f s", timeout)
+
+    def pages_in_use(self) -> int:
+        pool = self._pool
+        return pool.pages_in_use if pool is not None else 0
+
+    # ---- the thread -------------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._setup()
+        except BaseException as exc:  # reported to the constructor, which raises it
+            logger.exception("CPU engine startup failed")
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            self._run()
+        except BaseException:
+            logger.exception("CPU engine thread crashed")
+            raise
+        finally:
+            self._teardown()
+
+    def _setup(self) -> None:
+        cfg = self.cfg
+        torch.set_num_threads(cfg.num_threads)
+        torch.manual_seed(cfg.random_seed)
+        shape = read_model_shape(cfg.model_path)
+        context = _context_length(cfg, shape.max_position_embeddings)
+        dtype = _dtype(cfg.dtype)
+        token_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
+        self._pool = KVPool(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                            cfg.num_pages(token_bytes), cfg.page_size, dtype)
+        runner = ModelRunner(cfg.model_path, cfg.dtype, self._pool)
+        tokenizer = None
+        if not cfg.skip_tokenizer_init:  # the engine thread's own copy (never shared)
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+        eos = _eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
+        limits = Limits(runner.vocab_size, context, self._pool.num_tokens, cfg.disaggregation_mode)
+        sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
+                                    cfg.stream_interval, cfg.random_seed)
+        self._sched = Scheduler(sched_cfg, limits, runner, self._pool, tokenizer, eos)
+        if cfg.disaggregation_mode != "null":
+            from components.engine.disagg import DisaggCoordinator
+
+            self._disagg = DisaggCoordinator(cfg, self._sched, self._pool)
+            self._sched.disagg = self._disagg
+        port = self._disagg.bootstrap_port if self._disagg is not None else None
+        self.info = EngineInfo(runner.vocab_size, context, self._pool.num_pages, cfg.page_size,
+                               self._pool.num_tokens, eos, port)
+        logger.info("CPU engine ready: mode=%s context=%d pool=%d tokens", cfg.disaggregation_mode,
+                    context, self._pool.num_tokens)
+
+    def _run(self) -> None:
+        sched, disagg = self._sched, self._disagg
+        while True:
+            busy = sched.has_compute_work()
+            if disagg is None:
+                timeout = 0.0 if busy else None
+            elif busy or disagg.has_pending():
+                timeout = 0.0
+            else:
+                timeout = IDLE_WAKE_S
+            if not self._drain(timeout):
+                return
+            try:
+                if disagg is not None:
+                    disagg.poll(PEER_POLL_S if not busy and disagg.has_pending() else 0.0)
+                sched.step()
+            except Exception as exc:  # a failed step must not leave requests hanging
+                logger.exception("engine step failed")
+                sched.abort_everything(f"Internal CPU engine error: {exc}", 500)
+            self._batcher.flush()
+
+    def _drain(self, timeout: float | None) -> bool:
+        """Apply queued commands; block up to ``timeout`` for the first. False on stop."""
+        try:
+            cmd = self._cmds.get(timeout=timeout) if timeout != 0.0 else self._cmds.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if cmd is _STOP:
+                return False
+            self._apply(cmd)
+            try:
+                cmd = self._cmds.get_nowait()
+            except queue.Empty:
+                self._batcher.flush()  # rejections and aborts go out before the next forward
+                return True
+
+    def _apply(self, cmd: tuple[Any, ...]) -> None:
+        try:
+            if cmd[0] == "add":
+                self._sched.add(cmd[1])
+            elif cmd[0] == "abort":
+                self._sched.abort(cmd[1], cmd[2])
+        except Exception as exc:  # one bad command must not stop the engine thread
+            logger.exception("engine command %s failed", cmd[0])
+            if cmd[0] == "add":
+                self._sched.finish(cmd[1], finish_abort(f"Internal CPU engine error: {exc}", 500))
+
+    def _teardown(self) -> None:
+        if self._sched is not None:
+            while True:  # requests still queued behind the stop command end like the rest
+                try:
+                    cmd = self._cmds.get_nowait()
+                except queue.Empty:
+                    break
+                if cmd is not _STOP and cmd[0] == "add":
+                    self._sched.add(cmd[1])
+            self._sched.abort_everything("The engine was shut down", 503)
+            self._batcher.flush()
+        if self._disagg is not None:
+            self._disagg.close()
+        logger.info("CPU engine thread stopped")
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _context_length(cfg: EngineConfig, model_max: int | None) -> int:
+    if cfg.context_length is None:
+        if model_max is None:
+            raise ValueError("the model config has no max_position_embeddings; set context_length")
+        return model_max
+    if model_max is not None and cfg.context_length > model_max:
+        raise ValueError(
+            f"context_length={cfg.context_length} exceeds the model's "
+            f"max_position_embeddings={model_max}"
+        )
+    return cfg.context_length
+
+
+def _eos_token_ids(model_path: str, model_config: Any, tokenizer: Any) -> frozenset[int]:
+    """EOS ids from generation_config.json, the model config and the tokenizer (as SGLang)."""
+    ids: set[int] = set()
+    try:
+        gen = GenerationConfig.from_pretrained(model_path)
+        ids |= _as_set(gen.eos_token_id)
+    except OSError:
+        logger.info("no generation_config.json in %s", model_path)
+    ids |= _as_set(getattr(model_config, "eos_token_id", None))
+    if tokenizer is not None:
+        ids |= _as_set(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _as_set(value: Any) -> set[int]:
+    if value is None:
+        return set()
+    if isinstance(value, int):
+        return {value}
+    return {int(v) for v in value}

@@ -1,0 +1,79 @@
+"""Per-request state on the engine thread."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from components.engine.kv_pool import PageRun
+from components.engine.sampling import SamplingState
+from components.engine.sampling_params import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"          # queued; no pages yet
+    WAITING_KV = "waiting_kv"    # decode mode: pages allocated, waiting for the prefill's WRITE
+    TRANSFERRING = "transferring"  # prefill mode: KV computed, waiting for the WRITE to finish
+    RUNNING = "running"          # in the decode batch
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    host: str
+    port: int
+    room: int
+
+
+# Receives (chunk dict, finished) on the engine thread; delivery to asyncio is its business.
+ChunkSink = Callable[[dict[str, Any], bool], None]
+
+
+@dataclass(eq=False)
+class Sequence:
+    rid: str
+    params: SamplingParams
+    sink: ChunkSink
+    input_ids: list[int] | None = None
+    prompt_text: str | None = None
+    bootstrap: Bootstrap | None = None
+    stream: bool = True               # False: only the final, cumulative chunk is sent
+    reject: str | None = None         # found bad on the caller's side: ends with a 400 abort
+    created_at: float = field(default_factory=time.perf_counter)
+
+    status: Status = Status.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    pages: PageRun | None = None
+    start_tok: int = -1               # pool token index of the first prompt token
+    max_new_tokens: int = 0           # effective budget: params capped by the context
+    reserve_tokens: int = 0           # KV slots reserved at admission
+    prefill_token: int | None = None  # prefill mode: first token, sent once the KV is written
+    sampling: SamplingState | None = None
+    detok: IncrementalDetokenizer | None = None
+    stops: StopStringMatcher | None = None
+    finish_reason: dict[str, Any] | None = None
+    deadline: float | None = None     # monotonic bound on a wait for the peer engine
+    # Streaming bookkeeping: what the caller has already received.
+    num_sent_ids: int = 0
+    unsent_text: str = ""
+    first_token_at: float | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids) if self.input_ids is not None else 0
+
+    @property
+    def kv_len(self) -> int:
+        """Tokens whose K/V are in the pool: the prompt plus all outputs but the newest."""
+        return self.prompt_len + max(len(self.output_ids) - 1, 0)
+
+    def attach_pages(self, pages: PageRun, page_size: int) -> None:
+        self.pages = pages
+        self.start_tok = pages.start_page * page_size
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
