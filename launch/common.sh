@@ -56,14 +56,85 @@ use_file_discovery() {
     export DYN_DISCOVERY_BACKEND=file
 }
 
-# The CPU default model: the project's `small` model, built on first use.
+# The CPU default model: the project's `small` model, built on first use (the same cache
+# directory as the tests' and benchmarks').
+SMALL_MODEL_DIR="$REPO_ROOT/.cache/models/small-seed0"
 ensure_small_model() {
-    local dir="$REPO_ROOT/.cache/models/small"
-    if [[ ! -f "$dir/config.json" ]]; then
-        log "building the small test model into $dir"
-        (cd "$REPO_ROOT" && "$PYTHON" -m components.model_builder --size small --out "$dir") >&2
+    if ((DRY_RUN)); then echo "$SMALL_MODEL_DIR"; return; fi
+    log "using the small test model in $SMALL_MODEL_DIR (built if missing)"
+    (cd "$REPO_ROOT" && "$PYTHON" -m components.model_builder --size small \
+        --out "$SMALL_MODEL_DIR" --if-missing) >&2
+    echo "$SMALL_MODEL_DIR"
+}
+
+# parse_launch_args ARGS...: the options agg.sh and disagg.sh share (their usage texts say
+# which). Sets MODEL SERVED HOST HTTP_PORT BOOTSTRAP_PORT SKIP_TOKENIZER ENGINE DRY_RUN EXTRA.
+parse_launch_args() {
+    MODEL="${MODEL:-}" SERVED="" HOST="${HOST:-127.0.0.1}" HTTP_PORT="${HTTP_PORT:-8000}"
+    BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}" SKIP_TOKENIZER=1 ENGINE="${ENGINE:-}" DRY_RUN=0
+    EXTRA=()
+    while (($#)); do
+        case "$1" in
+            --model) MODEL="$2"; shift 2 ;;
+            --served-model-name) SERVED="$2"; shift 2 ;;
+            --host) HOST="$2"; shift 2 ;;
+            --http-port) HTTP_PORT="$2"; shift 2 ;;
+            --bootstrap-port) BOOTSTRAP_PORT="$2"; shift 2 ;;
+            --skip-tokenizer-init) SKIP_TOKENIZER=1; shift ;;
+            --no-skip-tokenizer-init) SKIP_TOKENIZER=0; shift ;;
+            --cpu) ENGINE=cpu; shift ;;
+            --gpu) ENGINE=sglang; shift ;;
+            --dry-run) DRY_RUN=1; shift ;;
+            -h|--help) usage; exit 0 ;;
+            --) shift; EXTRA=("$@"); break ;;
+            *) log "unknown option $1"; usage >&2; exit 2 ;;
+        esac
+    done
+    if [[ -z "$ENGINE" ]]; then ENGINE=$(have_gpus && echo sglang || echo cpu); fi
+}
+
+# engine_defaults: model, served name, engine flags and start-up bound for $ENGINE. Sets
+# ENGINE_ARGS and READY_TIMEOUT.
+engine_defaults() {
+    if [[ "$ENGINE" == sglang ]]; then
+        MODEL="${MODEL:-Qwen/Qwen3-0.6B}"
+        # --page-size 16 and --trust-remote-code as in Dynamo's SGLang launch scripts.
+        ENGINE_ARGS=(--engine sglang --page-size 16 --trust-remote-code)
+        READY_TIMEOUT="${READY_TIMEOUT:-900}"
+    else
+        if [[ -z "$MODEL" ]]; then
+            MODEL=$(ensure_small_model)
+            SERVED="${SERVED:-small}"
+        fi
+        ENGINE_ARGS=(--engine cpu --page-size 16)
+        READY_TIMEOUT="${READY_TIMEOUT:-180}"
     fi
-    echo "$dir"
+    SERVED="${SERVED:-$MODEL}"
+}
+
+# run_stack DESCRIPTION NAME CMD_ARRAY_NAME...: print the commands (--dry-run), or start them
+# in order, say ready once the model is served, and stop everything when one exits.
+run_stack() {
+    local what="$1" name; shift
+    if ((DRY_RUN)); then
+        for name in "$@"; do
+            local -n cmd="${name^^}_CMD"
+            printf '%s:' "$name"; printf ' %q' "${cmd[@]}"; echo
+        done
+        exit 0
+    fi
+    cd "$REPO_ROOT"
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    use_file_discovery
+    for name in "$@"; do
+        local -n cmd="${name^^}_CMD"
+        start "$name" "${cmd[@]}"
+    done
+    wait_ready "$HOST" "$HTTP_PORT" "$SERVED" "$READY_TIMEOUT"
+    log "ready: model $SERVED at http://$HOST:$HTTP_PORT/v1 ($ENGINE engine, $what)"
+    wait_any
 }
 
 # wait_ready HOST PORT MODEL TIMEOUT: until GET /v1/models lists MODEL; fails if a started
