@@ -1,0 +1,155 @@
+"""The prose of docs/benchmarks.md; benchmarks/summary.py adds the generated tables and ratios."""
+
+INTRO = """\
+# Benchmarks
+
+Every figure on this page is a comparison measured in one run: each benchmark runs its baseline
+alongside the thing measured, interleaving the arms, and reports the **median of at least 3 runs**.
+The tables and ratio lines below are generated from the JSON in [`bench/`](bench/) by
+`python -m benchmarks.summary --docs docs/benchmarks.md`; the plots are the PNGs the benchmarks
+wrote.
+
+**Machine.** 2 vCPUs, no GPU, shared by every process of a topology (frontend, workers, client).
+Each engine runs one torch intra-op thread. Absolute numbers are tiny next to a GPU's; read the
+ratios, which is what these benchmarks are for. The exact CPU, library versions and the load
+average when the run started are listed at the end of the page.
+
+**Model.** The project's `small` model (`python -m components.model_builder --size small`):
+Llama architecture, hidden 512, 8 layers, 8 attention heads / 4 KV heads (head_dim 64),
+intermediate 1536, vocabulary 2,048 (byte-level BPE), about 26M parameters, fp32, random weights
+from seed 0. KV cache: 16 KiB per token.
+
+**Commands.**
+
+```bash
+make bench                                  # = bash benchmarks/run_all.sh: everything, ~8-10 min
+bash benchmarks/run_all.sh --quick          # smoke run (~3 min, 1 repetition, smaller sizes)
+bash benchmarks/run_all.sh --publish        # full run, then copy PNG + JSON here (docs/bench/)
+python -m benchmarks.summary --docs docs/benchmarks.md   # regenerate this page from docs/bench/
+```
+
+Results land in `results/` (git-ignored): one `<name>.json`, `<name>.png` and `<name>.log` per
+benchmark, and `summary.md` with all tables. Each benchmark also runs on its own; its flags are
+in `python -m benchmarks.<name> --help`.
+"""
+
+SERVING = """\
+`python -m benchmarks.bench_serving` — a client in the style of `sglang.bench_serving` and
+`vllm bench serve`, streaming OpenAI `/v1/chat/completions` over HTTP. Three arms, started once
+and measured in interleaved, rotated order at each concurrency:
+
+- **engine**: the same requests straight into an aggregated CPU engine in the benchmark process
+  (SGLang's `Engine.async_generate`, token ids in): the baseline;
+- **agg**: `python -m dynamo.frontend` + one aggregated worker (`python -m components`);
+- **disagg**: the frontend + a decode worker + a prefill worker, KV cache moved with NIXL.
+
+Workers run in Tokens mode (`--skip-tokenizer-init`: the frontend applies the chat template and
+tokenizes), as Dynamo deploys SGLang. Workload: random prompts from a fixed seed, **128 to 1,024
+tokens** (chat-templated length, sglang's `random` dataset style), **32 output tokens** forced with
+`max_tokens` + `ignore_eos`, greedy; closed loop at **concurrency 1, 4 and 16** with 2 requests
+per client (at least 4). `--request-rate R` adds an open-loop (Poisson) run; `--text-mode` runs
+the workers in Text mode (they apply the template and tokenize, off the event loop).
+Definitions: TTFT = request sent to first token; ITL = every gap between token-carrying chunks;
+TPOT = (E2E - TTFT) / (tokens - 1); throughput = tokens or requests over the run's wall time.
+Tokens are counted from Dynamo's per-chunk `nvext.completion_token_ids` (requested with
+`nvext.extra_fields`) and checked against `usage.completion_tokens` (`stream_options.include_usage`)
+and `max_tokens`; prompt lengths are checked against `usage.prompt_tokens`.
+
+How to read it: *tput / engine* is what the component and the frontend cost in throughput (HTTP,
+SSE, the frontend's tokenization and detokenization, the request plane, the handler), *TTFT -
+engine* the same in milliseconds. On 2 cores the frontend and the workers compete with the engine
+for CPU, so this is an upper bound on the overhead. Disaggregation splits prefill and decode over
+two processes, which on this machine means two cores: a long prefill no longer stalls the running
+decode batch, so ITL p99 drops, while each request pays the KV hand-off.
+"""
+
+STREAM = """\
+`python -m benchmarks.bench_stream_overhead` — a synthetic engine with SGLang's Engine API emits
+N one-token chunks as fast as it can. Arms: iterate the engine directly (baseline), and
+`handlers.decode.DecodeHandler.generate` in Tokens mode (token deltas) and Text mode (OpenAI chat
+chunks with the usage chunk), for N = 1,000 and 16,000. If the handler does O(1) work per chunk,
+its throughput ratio to the baseline and its cost per chunk do not change with N. The *marginal*
+cost (slope between the two sizes) removes the per-request fixed cost (validation, the chat
+template, the first chunk) that weighs on N = 1,000.
+"""
+
+PREPROCESS = """\
+`python -m benchmarks.bench_preprocess_loop` — the worker's event loop while a **64k-token chat**
+(system prompt + alternating ~1,200-token turns) is templated and tokenized with the model's fast
+tokenizer (DESIGN.md section 6). Arms: **inline** on the loop (the naive baseline), **shared**
+(`asyncio.to_thread` with the loop's own tokenizer: the naive fix, one Rust backend shared by two
+threads) and **executor** (the project's `handlers.preprocess.Preprocessor`: one FIFO thread with
+its own clone of the backend). Measured over the job's window, on the same loop: **loop lag**
+(a task sleeping 1 ms; lag = actual interval - 1 ms), the **inter-token gap of a concurrent short
+stream** (a thread delivers a token every 5 ms through `call_soon_threadsafe`, as the engine thread
+does), and a **loop-side tokenizer call** every 5 ms (`tok(["a", "bb"], padding=True)`, the probe
+SGLang used). For reference, SGLang measured a loop-side call waiting **~300 ms** behind a
+250k-token encode with a shared backend, and **~0.3 ms** with a separate one
+(`../shared/seeds/`, the PR thread behind DESIGN.md section 6).
+"""
+
+KV = """\
+`python -m benchmarks.bench_kv_transfer` — the engine's KV transport (`KVTransport`, NIXL WRITE
+over UCX between two processes, the decode side registered first) against a same-process
+`torch` `copy_` of the same bytes with one thread, at the KV sizes of 128- to 4,096-token prompts
+on the `small` model (16 KiB per token, 64 runs per request, laid out as the engine's KV pool).
+The NIXL time includes building descriptors, posting the WRITE and polling it to completion; the
+data is verified on the decode side.
+"""
+
+TTFT = """\
+`python -m benchmarks.bench_disagg_ttft` — engine level, one request at a time: an aggregated
+engine (baseline) against a prefill engine in another process plus a decode engine in this one,
+which meet through the prefill's bootstrap server and move the KV with NIXL exactly as the
+workers do. The disaggregated TTFT is split with the engines' own timing records
+(`benchmarks/engine_timing.py`): **compute** = the prefill forward; **transfer** = end of that
+forward to KV WRITE complete (decode registered its pages during the forward); **hand-off** =
+everything else (dispatch to the prefill engine, the completion notification, decode adopting the
+request and emitting its first token). The aggregated TTFT is split into the same compute and the
+rest. Greedy tokens of both paths are compared.
+"""
+
+SERVING_TINY = """\
+The same benchmark on the `tiny` model (hidden 64, 2 layers: a forward pass costs well under a
+millisecond), with an open-loop run added. Compute almost vanishes, so what is left is the cost
+per request and per token of the serving path itself: HTTP and SSE, the frontend's tokenization
+and detokenization, the request plane, the handler (and, disaggregated, the second hop and the KV
+hand-off), against the same engine called in-process.
+"""
+
+ENGINE = """\
+`python -m benchmarks.bench_engine` (context for the absolute numbers above): the CPU engine alone
+on the `small` model with one torch thread: prefill tokens/s by prompt length, decode tokens/s at
+batch 1 and 16, and the lag of the embedding process's asyncio loop while a 2,000-token prefill
+runs on the engine thread.
+"""
+
+SECTIONS = [
+    ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
+    ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
+    ("stream_overhead", "Streaming overhead of the decode handler", STREAM),
+    ("preprocess_loop", "Event-loop responsiveness during framework tokenization", PREPROCESS),
+    ("bench_kv_transfer", "KV transfer bandwidth: NIXL vs a same-process copy", KV),
+    ("disagg_ttft", "TTFT: aggregated vs disaggregated, split", TTFT),
+    ("bench_engine", "CPU engine throughput", ENGINE),
+]
+
+FOOTER = """\
+## Caveats
+
+- Two cores host every process of a topology and the load generator, so arms that use more
+  processes (disaggregated) also buy more CPU; on a GPU box the balance differs. Dynamo's own
+  guidance applies: with small models disaggregation "will often look slower than aggregated"
+  and is for plumbing validation (Dynamo, `docs/backends/sglang/README.md`).
+- ITL is measured where a user sees it, at the client. When 2 cores are busy, the client reads
+  several queued SSE events at once, so some gaps shrink to microseconds and the next one grows:
+  ITL p50 can look better than the engine's step time while p99 gets worse. TPOT (per request)
+  is the steadier per-token figure.
+- The engine arm runs in the benchmark's own process (its client shares that process), while the
+  HTTP arms run their engines in worker processes: the baseline is what an embedded engine gives,
+  not a lower bound on hardware.
+- The model's weights are random: outputs are not language, only their lengths matter (fixed by
+  `ignore_eos`), and the frontend's detokenizer sees many partial UTF-8 sequences.
+- Noise: repeat `make bench` on an idle machine; run-to-run spread of a few percent (Dynamo
+  reports 3-6% for its own A/B runs) is within noise.
+"""

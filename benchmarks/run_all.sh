@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, one after another (run together they would disturb each other on
+# 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
+# tables are collected in results/summary.md. About 8 minutes on 2 idle cores (10 when busy).
+#
+#   bash benchmarks/run_all.sh             # the full run
+#   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~3 minutes)
+#   bash benchmarks/run_all.sh --publish   # full run, then copy PNG + JSON to docs/bench/ and
+#                                          # regenerate docs/benchmarks.md from them
+set -Eeuo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PY:-.venv/bin/python}
+OUT=${BENCH_RESULTS:-results}
+QUICK=0
+PUBLISH=0
+for arg in "$@"; do
+    case "$arg" in
+        --quick) QUICK=1 ;;
+        --publish) PUBLISH=1 ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$OUT"
+
+"$PY" -m components.model_builder --size tiny --out .cache/models/tiny-seed0 --if-missing
+"$PY" -m components.model_builder --size small --out .cache/models/small-seed0 --if-missing
+
+if [[ $QUICK == 1 ]]; then
+    STREAM_ARGS=(--runs 1 --sizes 1000,4000)
+    PREPROCESS_ARGS=(--runs 1)
+    KV_ARGS=(--runs 3)
+    TTFT_ARGS=(--runs 1 --lengths 128,1024)
+    ENGINE_ARGS=(--runs 1)
+    SERVING_ARGS=(--quick)
+    SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
+else
+    STREAM_ARGS=(--runs 5)
+    PREPROCESS_ARGS=(--runs 5)
+    KV_ARGS=(--runs 5)
+    TTFT_ARGS=(--runs 3)
+    ENGINE_ARGS=(--runs 3)
+    SERVING_ARGS=(--runs 3)
+    SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
+                       --request-rate 8 --open-loop-requests 32)
+fi
+
+failed=()
+total_start=$(date +%s)
+run() {  # run LABEL MODULE [ARGS...]
+    local name=$1 module=$2; shift 2
+    local start; start=$(date +%s)
+    echo
+    echo "=================== $name ==================="
+    if "$PY" -m "benchmarks.$module" --out "$OUT" "$@" 2>&1 | tee "$OUT/$name.log"; then
+        echo "=== $name: done in $(( $(date +%s) - start )) s"
+    else
+        echo "=== $name: FAILED after $(( $(date +%s) - start )) s (log: $OUT/$name.log)"
+        failed+=("$name")
+    fi
+}
+
+run stream_overhead bench_stream_overhead "${STREAM_ARGS[@]}"
+run preprocess_loop bench_preprocess_loop "${PREPROCESS_ARGS[@]}"
+run bench_kv_transfer bench_kv_transfer "${KV_ARGS[@]}"
+run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
+run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
+run serving bench_serving "${SERVING_ARGS[@]}"
+run bench_engine bench_engine "${ENGINE_ARGS[@]}"
+
+"$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
+echo
+echo "all benchmarks: $(( $(date +%s) - total_start )) s; tables in $OUT/summary.md"
+
+if [[ $PUBLISH == 1 ]]; then
+    mkdir -p docs/bench
+    cp "$OUT"/*.png "$OUT"/*.json docs/bench/
+    "$PY" -m benchmarks.summary --docs docs/benchmarks.md
+    echo "copied PNG and JSON to docs/bench/ and regenerated docs/benchmarks.md"
+fi
+
+if (( ${#failed[@]} )); then
+    echo "FAILED: ${failed[*]}" >&2
+    exit 1
+fi
