@@ -102,3 +102,15 @@ def test_rows_join_and_leave_one_batch(setup):
         "short", "a longer line", "late"]
     assert max(runner.batch_sizes) == 3 and runner.batch_sizes[-1] == 1
     assert sched.pool.pages_in_use == 0
+
+
+def test_first_token_is_flushed_before_the_batch_decodes(setup):
+    """A new request's first token leaves in the step that prefilled it, not after the
+    running batch's next decode forward (that would add a decode step to its TTFT)."""
+    sched, runner, _ = setup
+    events = []
+    sched.flush = lambda: events.append(("flush", len(runner.batch_sizes)))
+    submit(sched, [30, 31, 32], max_new_tokens=3)
+    sched.step()  # prefill, flush, then the batch's first decode
+    assert events[0] == ("flush", 0)
+    assert runner.batch_sizes == [1]

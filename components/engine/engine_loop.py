@@ -130,6 +130,7 @@ class EngineLoop:
         sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
                                     cfg.stream_interval, cfg.random_seed)
         self._sched = Scheduler(sched_cfg, limits, runner, self._pool, tokenizer, eos)
+        self._sched.flush = self._batcher.flush
         if cfg.disaggregation_mode != "null":
             from components.engine.disagg import DisaggCoordinator
 
@@ -156,6 +157,7 @@ class EngineLoop:
             try:
                 if disagg is not None:
                     disagg.poll(PEER_POLL_S if not busy and disagg.has_pending() else 0.0)
+                    self._batcher.flush()  # the first token that came with the KV goes out now
                 sched.step()
             except Exception as exc:  # a failed step must not leave requests hanging
                 logger.exception("engine step failed")

@@ -10,6 +10,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ class Scheduler:
         self._seeds = random.Random(cfg.random_seed)
         self._stalled = False  # the queue head does not fit in the pool until pages are freed
         self.disagg = None  # set by the engine loop in prefill/decode mode (DisaggCoordinator)
+        self.flush: Callable[[], None] = lambda: None  # set by the engine loop: send chunks now
 
     # ---- requests in and out ----------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -104,6 +106,7 @@ class Scheduler:
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> None:
         self._admit()
+        self.flush()  # new requests' first tokens go out now, not after the next decode forward
         if self.running:
             self._decode()
 
