@@ -1,4 +1,5 @@
-"""Unit tests of the KV transport's logic with fake NIXL and fake sockets (no processes, no UCX)."""
+"""Unit tests of the KV transport's run pairing, wire messages and prefill side, with fake
+NIXL and fake sockets (no processes, no UCX)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import time
 import msgspec
 import pytest
 
-from components.engine.transfer_decode import DecodeSide
-from components.engine.transfer_events import KVArrived, RoomReleased, TransferDone, TransferFailed
-from components.engine.transfer_prefill import PrefillSide
+from components.engine.transfer_events import TransferDone, TransferFailed
 from components.engine.transfer_runs import check_within, pair_runs
 from protocol.kv_transfer import (
     Abort,
@@ -22,96 +21,15 @@ from protocol.kv_transfer import (
     to_decode_decoder,
     to_prefill_decoder,
 )
-
-BASE, SIZE = 0x10000, 0x10000
-RUNS = [(BASE, 256), (BASE + 1024, 256)]
-PEER_RUNS = [(BASE + 4096, 512)]  # same bytes, different split
-
-
-class FakeNixlError(Exception):
-    pass
-
-
-class FakeNixl:
-    errors = (FakeNixlError,)
-    name = "fake-agent"
-
-    def __init__(self, write_state: str = "PROC") -> None:
-        self.peers: set[str] = set()
-        self.write_state = write_state
-        self.states: dict[int, str] = {}
-        self.writes: list[tuple] = []
-        self.released: list[int] = []
-        self.inbox: list[bytes] = []
-
-    def check_local(self, runs, what):
-        check_within(runs, BASE, SIZE, what)
-
-    def add_peer(self, name, metadata):
-        if metadata == b"bad":
-            raise FakeNixlError("NIXL_ERR_MISMATCH")
-        self.peers.add(name)
-
-    def has_peer(self, name):
-        return name in self.peers
-
-    def write(self, peer, src, dst, notif):
-        handle = len(self.writes)
-        self.writes.append((peer, src, dst, notif))
-        self.states[handle] = self.write_state
-        return handle, self.write_state
-
-    def state(self, handle):
-        return self.states[handle]
-
-    def release(self, handle):
-        self.released.append(handle)
-        return True
-
-    def notifs(self):
-        out, self.inbox = self.inbox, []
-        return out
+from tests.transport_fakes import (
+    BASE,
+    PEER_RUNS,
+    RUNS,
+    SIZE,
+    make_prefill,
+)
 
 
-class FakeServer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, object]] = []
-
-    def send(self, identity, msg):
-        self.sent.append((identity, msg))
-        return True
-
-
-class FakeClient:
-    def __init__(self, connected: bool = True) -> None:
-        self.sent: list[tuple[tuple[str, int], object]] = []
-        self.connected = connected
-        self.forgotten: list[tuple[str, int]] = []
-
-    def send(self, endpoint, msg):
-        self.sent.append((endpoint, msg))
-        return True
-
-    def forget(self, endpoint):
-        self.forgotten.append(endpoint)
-
-    def was_connected(self, endpoint):
-        return self.connected
-
-
-def make_prefill(write_state="PROC", bootstrap_timeout=5.0, transfer_timeout=5.0):
-    nixl, server, events = FakeNixl(write_state), FakeServer(), []
-    side = PrefillSide(nixl, server, bootstrap_timeout, transfer_timeout, events.append)
-    side.on_message(b"id-d", Hello(agent_name="dec", agent_metadata=b"md"))
-    return side, nixl, server, events
-
-
-def make_decode(connected=True, transfer_timeout=5.0):
-    nixl, client, events = FakeNixl(), FakeClient(connected), []
-    return DecodeSide(nixl, client, transfer_timeout, events.append), nixl, client, events
-
-
-# --- runs -------------------------------------------------------------------------------------
 def test_pair_runs_identity_and_refinement():
     assert pair_runs(RUNS, [(1, 256), (2, 256)]) == (RUNS, [(1, 256), (2, 256)])
     src, dst = pair_runs([(100, 10), (200, 30)], [(0, 25), (50, 15)])
@@ -258,75 +176,3 @@ def test_prefill_rejects_unknown_agents_bad_hello_and_bad_local_input():
 
 
 # --- decode -----------------------------------------------------------------------------------
-def test_decode_registers_and_reports_arrival():
-    side, nixl, client, events = make_decode()
-    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
-    assert client.sent == [(("127.0.0.1", 5000), Register(7, "fake-agent", RUNS))]
-    nixl.inbox = [b"garbage", encode(KVNotif(room=99, first_token=1)),
-                  encode(KVNotif(room=7, first_token=3))]
-    side.progress(time.monotonic())
-    assert events == [KVArrived(7, 3)] and not side.busy
-
-
-def test_decode_abort_keeps_pages_until_prefill_acks():
-    side, nixl, client, events = make_decode()
-    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
-    side.abort(7, "client gone")
-    assert client.sent[-1][1] == Abort(room=7, agent_name="fake-agent", message="client gone")
-    side.progress(time.monotonic())
-    assert events == [] and side.busy
-    side.on_message(("127.0.0.1", 5000), AbortAck(room=7, agent_name="p"))
-    assert events == [RoomReleased(7)] and not side.busy
-
-
-def test_decode_abort_releases_at_once_if_prefill_never_connected():
-    side, _, client, events = make_decode(connected=False)
-    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
-    side.abort(7, "gone")
-    # The queued Register is dropped with the socket, so nothing can write into the pages.
-    assert client.forgotten == [("127.0.0.1", 5000)]
-    assert events == [RoomReleased(7)]
-
-
-def test_decode_abort_before_connect_waits_when_another_room_shares_the_socket():
-    side, _, client, events = make_decode(connected=False, transfer_timeout=0.5)
-    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
-    side.add_decode(8, "127.0.0.1", 5000, RUNS, "r")
-    side.abort(7, "gone")
-    assert client.forgotten == [] and isinstance(client.sent[-1][1], Abort)
-    assert events == []  # the Register may still be delivered: keep the pages
-    side.on_message(("127.0.0.1", 5000), AbortAck(room=7, agent_name="p"))
-    assert events == [RoomReleased(7)]
-
-
-def test_decode_timeout_fails_then_releases_after_ack_or_grace():
-    side, _, client, events = make_decode(transfer_timeout=0.5)
-    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
-    side.add_decode(8, "127.0.0.1", 5000, RUNS, "r")
-    side.progress(time.monotonic() + 0.6)
-    assert [type(e) for e in events] == [TransferFailed, TransferFailed]
-    assert "timed out waiting for KV of room 7" in events[0].message
-    assert isinstance(client.sent[-1][1], Abort)
-    side.on_message(("127.0.0.1", 5000), AbortAck(room=7, agent_name="p"))
-    assert events[-1] == RoomReleased(7)
-    side.progress(time.monotonic() + 1.5)  # no ack for room 8: released after the grace
-    assert events[-1] == RoomReleased(8) and not side.busy
-
-
-def test_decode_prefill_abort_and_disconnect_fail_and_release_at_once():
-    side, _, _, events = make_decode()
-    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
-    side.add_decode(8, "127.0.0.1", 5001, RUNS, "r")
-    side.on_message(("127.0.0.1", 5000), Abort(room=7, agent_name="p", message="oom"))
-    assert events == [TransferFailed(7, "prefill aborted the KV transfer: oom"), RoomReleased(7)]
-    side.on_disconnect(("127.0.0.1", 5001))
-    assert isinstance(events[2], TransferFailed) and "lost the connection" in events[2].message
-    assert events[3] == RoomReleased(8) and not side.busy
-
-
-def test_decode_rejects_bad_input():
-    side, _, _, _ = make_decode()
-    with pytest.raises(ValueError, match="invalid bootstrap address"):
-        side.add_decode(7, "", 5000, RUNS, "r")
-    with pytest.raises(ValueError, match="outside the registered KV pool"):
-        side.add_decode(7, "127.0.0.1", 5000, [(1, 1)], "r")

@@ -1,0 +1,98 @@
+"""Fake NIXL endpoint and fake side-channel sockets for the KV transport's unit tests."""
+
+from __future__ import annotations
+
+from components.engine.transfer_decode import DecodeSide
+from components.engine.transfer_prefill import PrefillSide
+from components.engine.transfer_runs import check_within
+from protocol.kv_transfer import Hello
+
+BASE, SIZE = 0x10000, 0x10000
+RUNS = [(BASE, 256), (BASE + 1024, 256)]
+PEER_RUNS = [(BASE + 4096, 512)]  # same bytes, different split
+
+
+class FakeNixlError(Exception):
+    pass
+
+
+class FakeNixl:
+    errors = (FakeNixlError,)
+    name = "fake-agent"
+
+    def __init__(self, write_state: str = "PROC") -> None:
+        self.peers: set[str] = set()
+        self.write_state = write_state
+        self.states: dict[int, str] = {}
+        self.writes: list[tuple] = []
+        self.released: list[int] = []
+        self.inbox: list[bytes] = []
+
+    def check_local(self, runs, what):
+        check_within(runs, BASE, SIZE, what)
+
+    def add_peer(self, name, metadata):
+        if metadata == b"bad":
+            raise FakeNixlError("NIXL_ERR_MISMATCH")
+        self.peers.add(name)
+
+    def has_peer(self, name):
+        return name in self.peers
+
+    def write(self, peer, src, dst, notif):
+        handle = len(self.writes)
+        self.writes.append((peer, src, dst, notif))
+        self.states[handle] = self.write_state
+        return handle, self.write_state
+
+    def state(self, handle):
+        return self.states[handle]
+
+    def release(self, handle):
+        self.released.append(handle)
+        return True
+
+    def notifs(self):
+        out, self.inbox = self.inbox, []
+        return out
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, object]] = []
+
+    def send(self, identity, msg):
+        self.sent.append((identity, msg))
+        return True
+
+
+class FakeClient:
+    def __init__(self, connected: bool = True) -> None:
+        self.sent: list[tuple[tuple[str, int], object]] = []
+        self.connected = connected
+        self.forgotten: list[tuple[str, int]] = []
+
+    def send(self, endpoint, msg):
+        self.sent.append((endpoint, msg))
+        return True
+
+    def forget(self, endpoint):
+        self.forgotten.append(endpoint)
+
+    def was_connected(self, endpoint):
+        return self.connected
+
+
+def make_prefill(write_state="PROC", bootstrap_timeout=5.0, transfer_timeout=5.0):
+    nixl, server, events = FakeNixl(write_state), FakeServer(), []
+    side = PrefillSide(nixl, server, bootstrap_timeout, transfer_timeout, events.append)
+    side.on_message(b"id-d", Hello(agent_name="dec", agent_metadata=b"md"))
+    return side, nixl, server, events
+
+
+def make_decode(connected=True, transfer_timeout=5.0):
+    nixl, client, events = FakeNixl(), FakeClient(connected), []
+    return DecodeSide(nixl, client, transfer_timeout, events.append), nixl, client, events
+
+
+# --- runs -------------------------------------------------------------------------------------
