@@ -37,8 +37,10 @@ def _vocab_size(engine: Any) -> int:
 
 def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any]) -> Any:
     if config.mode is WorkerMode.PREFILL:
+        # The engine's own record: the CPU engine reports the port it really bound (port 0).
+        port = int(engine.server_args.disaggregation_bootstrap_port)
         return PrefillHandler(engine, PrefillConfig(
-            bootstrap_host=advertised_host(config.host), bootstrap_port=config.bootstrap_port))
+            bootstrap_host=advertised_host(config.host), bootstrap_port=port))
     limits = engine_limits(config.engine_kind, engine)
     preprocessor = None
     if not config.skip_tokenizer_init:
