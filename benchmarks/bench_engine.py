@@ -15,7 +15,8 @@ import random
 import time
 
 from benchmarks.common import (
-    SMALL_MODEL, format_table, median, percentile, require_model, results_dir, write_json,
+    SMALL_MODEL, format_table, median, new_figure, percentile, require_model, results_dir,
+    save_figure, write_json,
 )
 from components.engine.engine import Engine
 
@@ -110,8 +111,22 @@ def main() -> None:
              for k, v in res["loop_lag_ms"].items()]
     print(f"CPU engine, {args.model}, {args.threads} torch thread(s), median of {args.runs} runs")
     print(format_table(["measure", "unit", "value"], rows))
-    path = write_json(results_dir(args.out), "bench_engine", {"model": str(args.model), **res})
-    print(f"wrote {path}")
+    batch_ratio = res["decode"][DECODE_BATCHES[-1]] / res["decode"][DECODE_BATCHES[0]]
+    print(f"decode batch {DECODE_BATCHES[-1]} / batch {DECODE_BATCHES[0]}: {batch_ratio:.2f}x tok/s")
+    out = results_dir(args.out)
+    path = write_json(out, "bench_engine", {"model": str(args.model), **res,
+                                            "decode_batch_ratio": batch_ratio})
+    plot(res, out)
+    print(f"wrote {path} and {out}/bench_engine.png")
+
+
+def plot(res: dict, out) -> None:
+    fig, (prefill_ax, decode_ax) = new_figure(ncols=2, width=4.5)
+    prefill_ax.bar([str(n) for n in res["prefill"]], list(res["prefill"].values()))
+    prefill_ax.set(title="prefill", xlabel="prompt tokens", ylabel="tok/s")
+    decode_ax.bar([f"batch {b}" for b in res["decode"]], list(res["decode"].values()))
+    decode_ax.set(title="decode (total over the batch)", ylabel="tok/s")
+    save_figure(fig, out, "bench_engine")
 
 
 if __name__ == "__main__":
