@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.test_engine_transport_harness import Harness
+from tests.transport_peer import Harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HARNESS = os.path.join(HERE, "test_engine_transport_harness.py")
+HARNESS = os.path.join(HERE, "transport_peer.py")
 REPO = os.path.dirname(os.path.dirname(HARNESS))
 HOST = "127.0.0.1"
 

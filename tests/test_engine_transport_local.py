@@ -12,7 +12,7 @@ import zmq
 
 from components.engine.kv_transfer import KVTransport
 from protocol.kv_transfer import Abort, Hello, Register, encode, to_decode_decoder
-from tests.test_engine_transport_harness import Harness, expected_kv
+from tests.transport_peer import Harness, expected_kv
 
 HOST = "127.0.0.1"
 

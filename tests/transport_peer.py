@@ -1,7 +1,7 @@
 """Test harness for the KV transport: a KVTransport over a small KVPool with known data.
 
 Holds no tests. Used in the test process and, through
-``python tests/test_engine_transport_harness.py --role ...``, as a peer process driven by JSON
+``python tests/transport_peer.py --role ...``, as a peer process driven by JSON
 lines on stdin (commands) and stdout (events).
 """
 
