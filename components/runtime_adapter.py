@@ -50,10 +50,18 @@ class RuntimePrefillClient:
 
     async def generate(
         self, request: dict[str, Any], context: Optional[Any]
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> "PrefillStream":
         child = context.detached(f"{context.id()}-prefill") if context is not None else Context()
-        stream, first = await self._open(request, child)
-        return self._relay(stream, first, child, context)
+        # Linked from the moment the request may have left: a client that goes away while the
+        # prefill is still being reached (or before its stream is read) must stop it too,
+        # or the prefill would hold its KV until its bootstrap wait runs out.
+        watcher = asyncio.ensure_future(_link(context, child)) if context is not None else None
+        try:
+            stream, first = await self._open(request, child)
+        except BaseException:
+            _unlink(watcher, child, completed=False)
+            raise
+        return PrefillStream(stream, first, child, watcher)
 
     async def _open(self, request: dict[str, Any], child: Any) -> tuple[Any, Any]:
         """Send to one live instance; on a refused connection try the next, within a bound.
@@ -85,24 +93,52 @@ class RuntimePrefillClient:
         self._next = (self._next + 1) % len(ids)
         return ids[self._next:] + ids[:self._next]
 
-    @staticmethod
-    async def _relay(
-        stream: Any, first: Any, child: Any, parent: Optional[Any]
-    ) -> AsyncIterator[dict[str, Any]]:
-        watcher = asyncio.ensure_future(_link(parent, child)) if parent is not None else None
-        completed = False
+
+class PrefillStream:
+    """The prefill worker's items as plain dicts. Closing it before the prefill finished stops
+    the prefill request, whether or not it was ever iterated (an unstarted async generator
+    would skip its `finally`)."""
+
+    def __init__(self, stream: Any, first: Any, child: Any, watcher: Optional[Any]) -> None:
+        self._stream = stream
+        self._first = first
+        self._child = child
+        self._watcher = watcher
+        self._closed = False
+
+    def __aiter__(self) -> "PrefillStream":
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._first is not None:
+            item, self._first = self._first, None
+            return item
         try:
-            if first is not None:
-                yield first
-                async for item in stream:
-                    yield item
-            completed = True
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-            if not completed:
-                # The decode side gave up (or was cancelled): stop the prefill request too.
-                child.stop_generating()
+            return await anext(self._stream)
+        except StopAsyncIteration:
+            self._close(completed=True)
+            raise
+        except BaseException:
+            self._close(completed=False)
+            raise
+
+    async def aclose(self) -> None:
+        self._close(completed=False)
+
+    def _close(self, completed: bool) -> None:
+        if not self._closed:
+            self._closed = True
+            _unlink(self._watcher, self._child, completed)
+
+
+def _unlink(watcher: Optional[Any], child: Any, completed: bool) -> None:
+    if watcher is not None:
+        watcher.cancel()
+    if not completed:
+        # The decode side gave up (or was cancelled): stop the prefill request too.
+        child.stop_generating()
 
 
 async def _link(parent: Any, child: Any) -> None:
