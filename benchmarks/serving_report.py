@@ -10,20 +10,24 @@ COLORS = {"engine": "#7f7f7f", "agg": "#1f77b4", "disagg": "#d62728"}
 LABELS = {"engine": "engine in-process", "agg": "Dynamo agg", "disagg": "Dynamo disagg (NIXL)"}
 
 
+# The latency and throughput columns both tables share: (header, metric key).
+METRICS = [
+    ("req/s", "req_per_s"),
+    ("out tok/s", "output_tok_per_s"),
+    ("TTFT p50 ms", "ttft_p50_ms"),
+    ("TTFT p99 ms", "ttft_p99_ms"),
+    ("ITL p50 ms", "itl_p50_ms"),
+    ("ITL p99 ms", "itl_p99_ms"),
+]
+
+
+def _metrics(m: dict) -> list:
+    return [m[key] for _, key in METRICS]
+
+
 def serving_rows(medians: dict, concurrency: list[int]) -> tuple[list[str], list[list]]:
-    headers = [
-        "conc",
-        "arm",
-        "req/s",
-        "out tok/s",
-        "TTFT p50 ms",
-        "TTFT p99 ms",
-        "ITL p50 ms",
-        "ITL p99 ms",
-        "TPOT ms",
-        "tput / engine",
-        "TTFT - engine ms",
-    ]
+    headers = ["conc", "arm", *(h for h, _ in METRICS), "TPOT ms", "tput / engine",
+               "TTFT - engine ms"]
     base = medians.get("engine")
     rows = []
     for c in concurrency:
@@ -32,47 +36,22 @@ def serving_rows(medians: dict, concurrency: list[int]) -> tuple[list[str], list
                 continue
             m = medians[name][c]
             vs = base[c] if base else None
-            rows.append(
-                [
-                    c,
-                    name,
-                    m["req_per_s"],
-                    m["output_tok_per_s"],
-                    m["ttft_p50_ms"],
-                    m["ttft_p99_ms"],
-                    m["itl_p50_ms"],
-                    m["itl_p99_ms"],
-                    m["tpot_mean_ms"],
-                    ratio(m["output_tok_per_s"], vs["output_tok_per_s"]) if vs else float("nan"),
-                    m["ttft_p50_ms"] - vs["ttft_p50_ms"] if vs else float("nan"),
-                ]
-            )
+            rows.append([
+                c,
+                name,
+                *_metrics(m),
+                m["tpot_mean_ms"],
+                ratio(m["output_tok_per_s"], vs["output_tok_per_s"]) if vs else float("nan"),
+                m["ttft_p50_ms"] - vs["ttft_p50_ms"] if vs else float("nan"),
+            ])
     return headers, rows
 
 
 def open_loop_table(open_loop: dict) -> dict:
     base = open_loop.get("engine")
-    headers = [
-        "arm",
-        "req/s",
-        "out tok/s",
-        "TTFT p50 ms",
-        "TTFT p99 ms",
-        "ITL p50 ms",
-        "ITL p99 ms",
-        "TTFT p50 - engine ms",
-    ]
+    headers = ["arm", *(h for h, _ in METRICS), "TTFT p50 - engine ms"]
     rows = [
-        [
-            n,
-            m["req_per_s"],
-            m["output_tok_per_s"],
-            m["ttft_p50_ms"],
-            m["ttft_p99_ms"],
-            m["itl_p50_ms"],
-            m["itl_p99_ms"],
-            m["ttft_p50_ms"] - base["ttft_p50_ms"] if base else float("nan"),
-        ]
+        [n, *_metrics(m), m["ttft_p50_ms"] - base["ttft_p50_ms"] if base else float("nan")]
         for n, m in open_loop.items()
     ]
     return {"headers": headers, "rows": rows}

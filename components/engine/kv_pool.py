@@ -126,9 +126,6 @@ class KVPool:
     def free(self, run: PageRun) -> None:
         self._alloc.free(run)
 
-    def largest_free_pages(self) -> int:
-        return self._alloc.largest_free()
-
     # --- views for attention ------------------------------------------------------------------
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``[kv_heads, num_tokens, head_dim]`` K and V planes of one layer."""
@@ -137,9 +134,6 @@ class KVPool:
     def k_view(self, layer: int, start_tok: int, length: int) -> torch.Tensor:
         """``[1, kv_heads, length, head_dim]`` view of K for tokens ``start_tok..+length``."""
         return self.tensor[layer, 0, :, start_tok:start_tok + length].unsqueeze(0)
-
-    def v_view(self, layer: int, start_tok: int, length: int) -> torch.Tensor:
-        return self.tensor[layer, 1, :, start_tok:start_tok + length].unsqueeze(0)
 
     # --- NIXL descriptors ---------------------------------------------------------------------
     @property
