@@ -4,10 +4,11 @@ adapted to this project's wire."""
 
 from typing import Any
 
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
+
 # The prefill handler streams nothing to a decode for a marked request and hands the engine
 # SGLang's fake bootstrap host, whose "transfer" is a no-op (no decode will join the room).
 HEALTH_CHECK_KEY = "_health_check"
-FAKE_BOOTSTRAP_HOST = "2.2.2.2"
 
 
 def decode_health_payload(bos_token_id: int, text_mode: bool) -> dict[str, Any]:

@@ -4,6 +4,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 
+# SGLang's FAKE_BOOTSTRAP_HOST: a request with it moves no KV (health checks, warm-up); each
+# engine completes it alone, with any room (0 included).
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+
 
 class BootstrapInfo(BaseModel):
     """The prefill handler's first stream item.

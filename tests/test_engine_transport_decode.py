@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from components.engine.transfer_events import KVArrived, RoomReleased, TransferFailed
-from protocol.kv_transfer import (
+from components.engine.kv_transport.events import KVArrived, RoomReleased, TransferFailed
+from protocol.kv_side_channel import (
     Abort,
     AbortAck,
     KVNotif,

@@ -10,8 +10,8 @@ import pytest
 import torch
 import zmq
 
-from components.engine.kv_transfer import KVTransport
-from protocol.kv_transfer import Abort, Hello, Register, encode, to_decode_decoder
+from components.engine.kv_transport import KVTransport
+from protocol.kv_side_channel import Abort, Hello, Register, encode, to_decode_decoder
 from tests.transport_peer import Harness, expected_kv
 
 HOST = "127.0.0.1"

@@ -8,9 +8,9 @@ import time
 import msgspec
 import pytest
 
-from components.engine.transfer_events import TransferDone, TransferFailed
-from components.engine.transfer_runs import check_within, pair_runs
-from protocol.kv_transfer import (
+from components.engine.kv_transport.events import TransferDone, TransferFailed
+from components.engine.kv_transport.runs import check_within, pair_runs
+from protocol.kv_side_channel import (
     Abort,
     AbortAck,
     Hello,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from components.engine.transfer_decode import DecodeSide
-from components.engine.transfer_prefill import PrefillSide
-from components.engine.transfer_runs import check_within
-from protocol.kv_transfer import Hello
+from components.engine.kv_transport.decode_side import DecodeSide
+from components.engine.kv_transport.prefill_side import PrefillSide
+from components.engine.kv_transport.runs import check_within
+from protocol.kv_side_channel import Hello
 
 BASE, SIZE = 0x10000, 0x10000
 RUNS = [(BASE, 256), (BASE + 1024, 256)]

@@ -18,7 +18,7 @@ if __name__ == "__main__":  # run as a script: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from components.engine.kv_pool import KVPool, PageRun  # noqa: E402
-from components.engine.kv_transfer import (  # noqa: E402
+from components.engine.kv_transport import (  # noqa: E402
     KVArrived,
     KVTransport,
     RoomReleased,

@@ -2,9 +2,13 @@
 
 Registered with ``transformers.AttentionInterface`` so stock HF decoder layers call it with the
 new tokens' query/key/value (after RoPE). No HF ``Cache`` is involved: the model runs with
-``use_cache=False`` and the per-step metadata travels as the ``kv_meta`` keyword argument, which
-HF passes through to the attention function unchanged (reference/cpu-engine-paged-kv.md).
-Without ``kv_meta`` the stock SDPA function runs, so ``model.generate`` still works.
+``use_cache=False`` and the per-forward metadata travels as the ``kv_meta`` keyword argument,
+which HF passes through to the attention function unchanged. Without ``kv_meta`` the stock SDPA
+function runs, so ``model.generate`` still works (the tests compare against it).
+
+One forward carries the new tokens of several requests packed into one sequence ("segments"):
+a whole prompt, a chunk of one, or one decode token. Each segment attends only to its own
+request's K/V in the pool, so the packing needs no mask between segments.
 """
 
 from __future__ import annotations
@@ -21,29 +25,30 @@ from components.engine.kv_pool import KVPool
 ATTN_IMPLEMENTATION = "slotpool"
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One request's new tokens in a forward: ``length`` tokens at positions
+    ``offset..offset+length``; ``start`` is the pool index of the request's position 0."""
+
+    start: int
+    offset: int
+    length: int
+
+
 @dataclass
 class StepMeta:
-    """What one forward needs to find each row's K/V in the pool.
-
-    ``starts[b]``: pool token index of row b's first token. ``lens[b]``: tokens of row b already
-    in the pool before this forward. Prefill rows (one row, ``lens == [0]``) write their whole
-    prompt; decode rows write one token each at ``write_pos[b] = starts[b] + lens[b]``.
-    """
+    """Where each segment's K/V live in the pool; ``write_pos`` is computed once per forward
+    and reused by every layer."""
 
     pool: KVPool
-    is_prefill: bool
-    starts: list[int]
-    lens: list[int]
-    write_pos: torch.Tensor | None = None
+    segments: list[Segment]
+    write_pos: torch.Tensor
 
     @classmethod
-    def prefill(cls, pool: KVPool, start: int) -> "StepMeta":
-        return cls(pool=pool, is_prefill=True, starts=[start], lens=[0])
-
-    @classmethod
-    def decode(cls, pool: KVPool, starts: list[int], lens: list[int]) -> "StepMeta":
-        pos = torch.tensor([s + n for s, n in zip(starts, lens)], dtype=torch.long)
-        return cls(pool=pool, is_prefill=False, starts=starts, lens=lens, write_pos=pos)
+    def build(cls, pool: KVPool, segments: list[Segment]) -> "StepMeta":
+        pos = torch.cat([torch.arange(s.start + s.offset, s.start + s.offset + s.length)
+                         for s in segments])
+        return cls(pool=pool, segments=segments, write_pos=pos)
 
 
 def slotpool_attention_forward(
@@ -61,50 +66,59 @@ def slotpool_attention_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    if meta.is_prefill:
-        return _prefill(module, meta, query, key, value, scaling)
-    return _decode(module, meta, query, key, value, scaling)
-
-
-def _prefill(module, meta: StepMeta, query, key, value, scaling):
-    """One request from position 0: store its K/V, then causal SDPA as stock ``sdpa`` does."""
-    if query.shape[0] != 1 or meta.lens[0] != 0:
-        raise RuntimeError("slotpool prefill handles one request starting at position 0")
+    if query.shape[0] != 1:
+        raise RuntimeError("slotpool attention takes one packed sequence per forward")
     k_plane, v_plane = meta.pool.layer_kv(module.layer_idx)
-    start, t = meta.starts[0], key.shape[2]
-    k_plane[:, start:start + t].copy_(key[0])
-    v_plane[:, start:start + t].copy_(value[0])
-    out = F.scaled_dot_product_attention(
-        query, key, value, is_causal=t > 1, scale=scaling,
-        enable_gqa=getattr(module, "num_key_value_groups", 1) > 1,
-    )
-    return out.transpose(1, 2).contiguous(), None
-
-
-def _decode(module, meta: StepMeta, query, key, value, scaling):
-    """One new token per row: write it at the row's position, then per-row SDPA on pool views."""
-    layer = module.layer_idx
-    k_plane, v_plane = meta.pool.layer_kv(layer)
-    # [B, kvh, 1, hd] -> [kvh, B, hd], scattered to each row's own position.
-    k_plane[:, meta.write_pos] = key[:, :, 0].transpose(0, 1)
-    v_plane[:, meta.write_pos] = value[:, :, 0].transpose(0, 1)
-    batch, heads, _, head_dim = query.shape
-    kv_heads = key.shape[1]
-    # GQA folded into the query axis: [B, kvh, group, hd]; no repeat_kv, no mask needed.
-    packed = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
-    outs = []
-    for b, (start, length) in enumerate(zip(meta.starts, meta.lens)):
-        n = length + 1
-        outs.append(
-            F.scaled_dot_product_attention(
-                packed[b:b + 1],
-                k_plane[:, start:start + n].unsqueeze(0),
-                v_plane[:, start:start + n].unsqueeze(0),
-                scale=scaling,
-            )
-        )
+    # [1, kvh, T, hd] -> [kvh, T, hd], each token to its request's slot.
+    k_plane[:, meta.write_pos] = key[0]
+    v_plane[:, meta.write_pos] = value[0]
+    gqa = getattr(module, "num_key_value_groups", 1) > 1
+    outs, a = [], 0
+    for seg in meta.segments:
+        b = a + seg.length
+        if seg.length == 1:
+            outs.append(_one_token(query[:, :, a:b], k_plane, v_plane, seg, scaling))
+        elif seg.offset == 0:  # a whole prompt: its own fresh K/V, causal
+            out = F.scaled_dot_product_attention(
+                query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
+                scale=scaling, enable_gqa=gqa)
+            outs.append(out[0].transpose(0, 1))
+        else:
+            outs.append(_chunk(query[:, :, a:b], k_plane, v_plane, seg, scaling, gqa))
+        a = b
     out = torch.cat(outs) if len(outs) > 1 else outs[0]
-    return out.reshape(batch, 1, heads, head_dim), None
+    return out.unsqueeze(0), None
+
+
+def _one_token(q, k_plane, v_plane, seg: Segment, scaling) -> torch.Tensor:
+    """A decode token over the request's pool rows; GQA folded into the query axis (no
+    repeat_kv, no mask). -> [1, heads, hd]."""
+    _, heads, _, head_dim = q.shape
+    kv_heads = k_plane.shape[0]
+    packed = q.reshape(1, kv_heads, heads // kv_heads, head_dim)
+    n = seg.offset + 1
+    out = F.scaled_dot_product_attention(
+        packed,
+        k_plane[:, seg.start:seg.start + n].unsqueeze(0),
+        v_plane[:, seg.start:seg.start + n].unsqueeze(0),
+        scale=scaling,
+    )
+    return out.reshape(1, heads, head_dim)
+
+
+def _chunk(q, k_plane, v_plane, seg: Segment, scaling, gqa: bool) -> torch.Tensor:
+    """A prompt chunk after earlier chunks: attends to everything in the pool up to itself.
+    -> [length, heads, hd]."""
+    n = seg.offset + seg.length
+    # Query i sits at position offset+i and sees keys 0..offset+i (bottom-right causal).
+    mask = torch.arange(n).unsqueeze(0) <= torch.arange(seg.offset, n).unsqueeze(1)
+    out = F.scaled_dot_product_attention(
+        q,
+        k_plane[:, seg.start:seg.start + n].unsqueeze(0),
+        v_plane[:, seg.start:seg.start + n].unsqueeze(0),
+        attn_mask=mask, scale=scaling, enable_gqa=gqa,
+    )
+    return out[0].transpose(0, 1)
 
 
 def register() -> None:

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 from typing import Any
 
-DISAGG_MODES = ("null", "prefill", "decode")
+
+class DisaggregationMode(enum.StrEnum):
+    """SGLang's ``disaggregation_mode`` values (aggregated is spelled "null")."""
+
+    NULL = "null"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+DISAGG_MODES = tuple(m.value for m in DisaggregationMode)
 TRANSFER_BACKENDS = ("nixl",)
 DTYPES = ("float32", "bfloat16", "float16")
 # Waits for a peer are bounded; the issue caps the default at 30 s.
@@ -22,7 +32,7 @@ class EngineConfig:
     model_path: str
     served_model_name: str | None = None
     skip_tokenizer_init: bool = False
-    disaggregation_mode: str = "null"
+    disaggregation_mode: DisaggregationMode = DisaggregationMode.NULL
     disaggregation_bootstrap_port: int = 8998
     disaggregation_transfer_backend: str = "nixl"
     host: str = "127.0.0.1"
@@ -41,6 +51,9 @@ class EngineConfig:
     # Tokens of prompt prefilled per scheduler step before running rows get their decode step;
     # a bound on how long one step can delay the running batch (at least one prefill per step).
     max_prefill_tokens: int = 8192
+    # SGLang's chunked prefill: a longer prompt is forwarded in pieces of at most this many
+    # tokens, with decode steps of the running batch between them. None or -1: off.
+    chunked_prefill_size: int | None = None
     log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
     #                               configures logging
 
@@ -54,6 +67,8 @@ class EngineConfig:
                 f"disaggregation_mode must be one of {DISAGG_MODES}, "
                 f"got {self.disaggregation_mode!r}"
             )
+        object.__setattr__(self, "disaggregation_mode",
+                           DisaggregationMode(self.disaggregation_mode))
         if self.disaggregation_transfer_backend not in TRANSFER_BACKENDS:
             raise ValueError(
                 "the CPU engine supports disaggregation_transfer_backend "
@@ -72,6 +87,10 @@ class EngineConfig:
         _require_int_range("stream_interval", self.stream_interval, 1, 1 << 20)
         _require_int_range("max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 31)
         _require_int_range("random_seed", self.random_seed, 0, 2**63 - 1)
+        if self.chunked_prefill_size == -1:
+            object.__setattr__(self, "chunked_prefill_size", None)
+        if self.chunked_prefill_size is not None:
+            _require_int_range("chunked_prefill_size", self.chunked_prefill_size, 1, 1 << 31)
         if self.context_length is not None:
             _require_int_range("context_length", self.context_length, 2, 1 << 31)
         for name in ("bootstrap_timeout", "transfer_timeout"):

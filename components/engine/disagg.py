@@ -1,13 +1,17 @@
 """Prefill/decode disaggregation on the engine thread: ties requests to KV-transport rooms.
 
-Prefill mode: after the prefill forward, the request's pages and first token go to the
-transport, which WRITEs them into the decode engine once decode has registered the room. The
-request yields its single chunk (SGLang's prefill shape) when the transfer is done.
-Decode mode: the request's pages are registered with the prefill's bootstrap server; when the
-KV and first token arrive, the request joins the decode batch and streams from that token.
+The scheduler calls this at four points and applies the actions it returns; nothing here calls
+back into the scheduler:
 
-Pages a peer might still be writing are never reused: they stay held until the transport
-says no WRITE can touch them any more (kv_transfer.py, "When the engine may free pages").
+- ``check_new`` (admission checks) claims the request's room; ``admit`` (decode mode, pages
+  allocated) registers the pages with the prefill's bootstrap server;
+- ``after_prefill`` (prefill mode) hands the pages and the first token to the transport, which
+  WRITEs them into the decode engine once decode has registered the room;
+- ``on_finish``: a request ends for any reason; aborts its room and, if a peer may still write
+  into (decode) or read from (prefill) its pages, keeps them until the transport says no
+  WRITE can touch them (``kv_transport/transport.py``, "When the engine may free pages");
+- ``poll``: transport events become ``Adopt`` (decode: KV arrived, continue from the first
+  token), ``Complete`` (prefill: KV delivered, send the single chunk), ``Fail`` and ``Free``.
 """
 
 from __future__ import annotations
@@ -15,17 +19,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 
-import torch
-
-from components.engine import outputs
-from components.engine.config import EngineConfig
+from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.kv_pool import KVPool, PageRun
-from components.engine.kv_transfer import (
+from components.engine.kv_transport import (
     KVArrived, KVTransport, RoomReleased, TransferDone, TransferFailed,
 )
-from components.engine.request_checks import FAKE_BOOTSTRAP_HOST, RequestError
+from components.engine.request_checks import InvalidRequest
 from components.engine.sequence import Sequence, Status
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
+from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 
 logger = logging.getLogger(__name__)
 
@@ -35,16 +39,57 @@ TIMEOUT_STATUS = 504
 FAILURE_STATUS = 500
 
 
+@dataclass(frozen=True)
+class Adopt:
+    """Decode: the KV is in place; the request joins the batch from ``first_token``."""
+
+    seq: Sequence
+    first_token: int
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Prefill: KV and first token are in decode memory; finish with SGLang's single chunk."""
+
+    seq: Sequence
+    first_token: int
+
+
+@dataclass(frozen=True)
+class Fail:
+    seq: Sequence
+    message: str
+    status_code: int
+
+
+@dataclass(frozen=True)
+class Free:
+    """No peer can touch these pages any more."""
+
+    pages: PageRun
+
+
+Action = Adopt | Complete | Fail | Free
+
+
+@dataclass
+class _Room:
+    seq: Sequence
+    deadline: float
+    first_token: int | None = None  # prefill: sent once the WRITE is done
+
+
 class DisaggCoordinator:
-    def __init__(self, cfg: EngineConfig, sched, pool: KVPool) -> None:
+    def __init__(self, cfg: EngineConfig, pool: KVPool, vocab_size: int) -> None:
         self.role = cfg.disaggregation_mode
         self._cfg = cfg
-        self._sched = sched
         self._pool = pool
+        self._vocab_size = vocab_size
         self.transport = KVTransport(pool.tensor, self.role, cfg.host,
                                      cfg.disaggregation_bootstrap_port, cfg.bootstrap_timeout,
                                      cfg.transfer_timeout)
-        self._rooms: dict[int, Sequence] = {}
+        self._claimed: dict[int, Sequence] = {}  # room -> its live request, from admission on
+        self._rooms: dict[int, _Room] = {}  # rooms handed to the transport
         # room -> (pages a peer may still write (decode) or read (prefill), backstop deadline)
         self._held: dict[int, tuple[PageRun, float]] = {}
 
@@ -55,167 +100,141 @@ class DisaggCoordinator:
     def has_pending(self) -> bool:
         return bool(self._rooms or self._held) or self.transport.busy
 
-    # ---- requests ---------------------------------------------------------------------------
+    # ---- scheduler calls --------------------------------------------------------------------
     def check_new(self, seq: Sequence) -> None:
         if _is_fake(seq):
             return
         room = seq.bootstrap.room
-        if room in self._rooms or room in self._held or any(
-                s.bootstrap.room == room for s in self._sched.waiting):
-            raise RequestError(f"bootstrap_room {room} is already in use by another request")
+        if room in self._claimed or room in self._held:
+            raise InvalidRequest(f"bootstrap_room {room} is already in use by another request")
+        self._claimed[room] = seq
 
-    def start_prefill(self, seq: Sequence, first_token: int) -> None:
-        seq.prefill_token = first_token
-        seq.status = Status.TRANSFERRING
-        if _is_fake(seq):  # health check / warmup: no decode will come, nothing to send
-            self._complete_prefill(seq)
-            return
-        room = seq.bootstrap.room
-        try:
-            self.transport.add_prefill(room, self._pool.token_runs(seq.pages, seq.prompt_len),
-                                       first_token, seq.rid)
-        except ValueError as exc:
-            self._sched.finish(seq, outputs.finish_abort(f"KV transfer not started: {exc}",
-                                                         FAILURE_STATUS))
-            return
-        self._rooms[room] = seq
-        seq.deadline = (time.monotonic() + self._cfg.bootstrap_timeout
-                        + self._cfg.transfer_timeout + BACKSTOP_SLACK_S)
-
-    def start_decode(self, seq: Sequence) -> None:
+    def admit(self, seq: Sequence) -> list[Action]:
+        """Decode mode, pages allocated: register them for the room."""
         seq.status = Status.WAITING_KV
         if _is_fake(seq):  # as SGLang's fake receiver: a synthetic first token, stale KV
             digest = hashlib.blake2b(seq.rid.encode(), digest_size=8).digest()
-            self._adopt(seq, int.from_bytes(digest, "little") % self._sched.limits.vocab_size)
-            return
+            return [Adopt(seq, int.from_bytes(digest, "little") % self._vocab_size)]
         b = seq.bootstrap
         try:
             self.transport.add_decode(b.room, b.host, b.port,
                                       self._pool.token_runs(seq.pages, seq.prompt_len), seq.rid)
         except ValueError as exc:
-            self._sched.finish(seq, outputs.finish_abort(str(exc), 400))
-            return
-        self._rooms[b.room] = seq
-        seq.deadline = time.monotonic() + self._cfg.transfer_timeout + BACKSTOP_SLACK_S
+            return [Fail(seq, str(exc), 400)]
+        deadline = time.monotonic() + self._cfg.transfer_timeout + BACKSTOP_SLACK_S
+        self._rooms[b.room] = _Room(seq, deadline)
+        return []
 
-    def forget(self, seq: Sequence, prev: Status) -> None:
-        """``seq`` is finishing for a reason of its own (abort, shutdown, deadline, error)."""
-        if seq.bootstrap is None or _is_fake(seq):
-            return
+    def after_prefill(self, seq: Sequence, first_token: int) -> list[Action]:
+        """Prefill mode, prompt forwarded: send its pages and first token to the decode."""
+        seq.status = Status.TRANSFERRING
+        if _is_fake(seq):  # health check / warmup: no decode will come, nothing to send
+            return [Complete(seq, first_token)]
         room = seq.bootstrap.room
-        owner = self._rooms.get(room)
-        if owner is seq:
-            del self._rooms[room]
-            self.transport.abort(room, seq.finish_reason.get("message") or "Aborted")
-            if seq.pages is not None:  # keep them until the transport reports the room settled
-                self._hold(room, seq)
-        elif (self.role == "prefill" and prev is Status.WAITING and owner is None
-              and _valid_room(room) and room not in self._held
-              and not any(s.bootstrap.room == room for s in self._sched.waiting if s is not seq)):
-            # Never reached the transport: tell a decode that registered it not to wait.
-            self.transport.abort(room, seq.finish_reason.get("message") or "Aborted")
+        try:
+            self.transport.add_prefill(room, self._pool.token_runs(seq.pages, seq.prompt_len),
+                                       first_token, seq.rid)
+        except ValueError as exc:
+            return [Fail(seq, f"KV transfer not started: {exc}", FAILURE_STATUS)]
+        deadline = (time.monotonic() + self._cfg.bootstrap_timeout + self._cfg.transfer_timeout
+                    + BACKSTOP_SLACK_S)
+        self._rooms[room] = _Room(seq, deadline, first_token)
+        return []
 
-    # ---- transport events -------------------------------------------------------------------
-    def poll(self, timeout_s: float) -> None:
+    def on_finish(self, seq: Sequence, prev: Status) -> bool:
+        """``seq`` ends (its reason is set). -> True if its pages are now held here."""
+        if seq.bootstrap is None or _is_fake(seq):
+            return False
+        room = seq.bootstrap.room
+        if self._claimed.get(room, seq) is not seq:
+            return False  # rejected as a duplicate of a live room: not ours to touch
+        self._claimed.pop(room, None)
+        message = seq.finish_reason.get("message") or "Aborted"
+        entry = self._rooms.get(room)
+        if entry is not None and entry.seq is seq:
+            del self._rooms[room]
+            self.transport.abort(room, message)
+            if seq.pages is not None:  # keep them until the transport reports the room settled
+                self._hold(room, seq.pages)
+                return True
+        elif (self.role == DisaggregationMode.PREFILL and prev is Status.WAITING
+              and _valid_room(room) and room not in self._held):
+            # Never reached the transport: tell a decode that registered it not to wait.
+            self.transport.abort(room, message)
+        return False
+
+    def poll(self, timeout_s: float) -> list[Action]:
+        actions: list[Action] = []
         for event in self.transport.poll(timeout_s):
             if isinstance(event, KVArrived):
-                self._on_arrived(event)
+                actions += self._on_arrived(event)
             elif isinstance(event, TransferDone):
-                self._on_done(event.room)
+                actions += self._on_done(event.room)
             elif isinstance(event, TransferFailed):
-                self._on_failed(event)
+                actions += self._on_failed(event)
             elif isinstance(event, RoomReleased):
-                self._release(event.room)
-        self._check_deadlines(time.monotonic())
+                actions += self._release(event.room)
+        return actions + self._check_deadlines(time.monotonic())
 
-    def _on_arrived(self, ev: KVArrived) -> None:
-        seq = self._rooms.pop(ev.room, None)
-        if seq is None:
+    def close(self) -> list[Action]:
+        """Engine shutdown: no peer can write into a closed agent's memory; free everything."""
+        self.transport.close()
+        return [a for room in list(self._held) for a in self._release(room)]
+
+    # ---- transport events -------------------------------------------------------------------
+    def _on_arrived(self, ev: KVArrived) -> list[Action]:
+        entry = self._rooms.pop(ev.room, None)
+        if entry is None:
             logger.warning("room %s: KV arrived for no waiting request", ev.room)
-            return
-        if not 0 <= ev.first_token < self._sched.limits.vocab_size:
-            self._sched.finish(seq, outputs.finish_abort(
-                f"prefill sent first token {ev.first_token} outside the vocabulary",
-                FAILURE_STATUS))
-            return
-        self._adopt(seq, ev.first_token)
+            return []
+        if not 0 <= ev.first_token < self._vocab_size:
+            return [Fail(entry.seq, f"prefill sent first token {ev.first_token} outside the "
+                         "vocabulary", FAILURE_STATUS)]
+        return [Adopt(entry.seq, ev.first_token)]
 
-    def _adopt(self, seq: Sequence, first_token: int) -> None:
-        """Decode: the KV is in place; the request joins the batch, streaming the first token."""
-        _skip_prefill_draw(seq, self._sched.limits.vocab_size)
-        seq.status = Status.RUNNING
-        self._sched.running.append(seq)
-        self._sched.on_token(seq, first_token)
+    def _on_done(self, room: int) -> list[Action]:
+        entry = self._rooms.pop(room, None)
+        if entry is None:  # aborted meanwhile; the WRITE finished anyway: pages are free now
+            return self._release(room)
+        return [Complete(entry.seq, entry.first_token)]
 
-    def _on_done(self, room: int) -> None:
-        seq = self._rooms.pop(room, None)
-        if seq is None:  # aborted meanwhile; the WRITE finished anyway: pages are free now
-            self._release(room)
-            return
-        self._complete_prefill(seq)
+    def _on_failed(self, ev: TransferFailed) -> list[Action]:
+        entry = self._rooms.pop(ev.room, None)
+        status = TIMEOUT_STATUS if "timed out" in ev.message else FAILURE_STATUS
+        if entry is None:
+            return self._release(ev.room) if self.role == DisaggregationMode.PREFILL else []
+        if self.role == DisaggregationMode.DECODE:  # RoomReleased follows: hold pages till then
+            self._hold(ev.room, entry.seq.pages)
+            entry.seq.pages = None
+        return [Fail(entry.seq, ev.message, status)]
 
-    def _complete_prefill(self, seq: Sequence) -> None:
-        """Prefill: SGLang's single chunk, the first token with finish_reason length 0."""
-        seq.output_ids.append(seq.prefill_token)
-        if seq.detok is not None:
-            seq.unsent_text += seq.detok.add(seq.prefill_token)
-        self._sched.finish(seq, outputs.finish_length(0))
-
-    def _on_failed(self, ev: TransferFailed) -> None:
-        seq = self._rooms.pop(ev.room, None)
-        if self.role == "prefill":
-            if seq is None:
-                self._release(ev.room)
-            else:  # no WRITE in flight: the scheduler frees the pages with the request
-                self._sched.finish(seq, outputs.finish_abort(ev.message, _status_for(ev.message)))
-        elif seq is not None:  # decode: RoomReleased follows; hold the pages until then
-            self._hold(ev.room, seq)
-            self._sched.finish(seq, outputs.finish_abort(ev.message, _status_for(ev.message)))
-
-    def _check_deadlines(self, now: float) -> None:
-        for room, seq in list(self._rooms.items()):
-            if seq.deadline is not None and now > seq.deadline:
-                logger.warning("room %s (rid %s): engine backstop deadline passed", room, seq.rid)
-                self._sched.finish(seq, outputs.finish_abort(
-                    f"timed out waiting for the KV transfer of room {room}", TIMEOUT_STATUS))
+    def _check_deadlines(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for room, entry in list(self._rooms.items()):
+            if now > entry.deadline:
+                logger.warning("room %s (rid %s): engine backstop deadline passed", room,
+                               entry.seq.rid)
+                actions.append(Fail(entry.seq, f"timed out waiting for the KV transfer of room "
+                                    f"{room}", TIMEOUT_STATUS))
         for room, (_, until) in list(self._held.items()):
             if now > until:
                 logger.error("room %s: transport never settled the room; freeing its pages", room)
-                self._release(room)
+                actions += self._release(room)
+        return actions
 
     # ---- pages ------------------------------------------------------------------------------
-    def _hold(self, room: int, seq: Sequence) -> None:
-        pages, seq.pages = seq.pages, None
+    def _hold(self, room: int, pages: PageRun) -> None:
         grace = 2 * (self._cfg.bootstrap_timeout + self._cfg.transfer_timeout) + BACKSTOP_SLACK_S
         self._held[room] = (pages, time.monotonic() + grace)
 
-    def _release(self, room: int) -> None:
+    def _release(self, room: int) -> list[Action]:
         held = self._held.pop(room, None)
-        if held is not None:
-            self._sched.release_pages(held[0])
+        return [Free(held[0])] if held is not None else []
 
-    def close(self) -> None:
-        """Engine shutdown: no peer can write into a closed agent's memory; free everything."""
-        self.transport.close()
-        for room in list(self._held):
-            self._release(room)
+
+def _valid_room(room: object) -> bool:
+    return type(room) is int and MIN_BOOTSTRAP_ROOM <= room <= MAX_BOOTSTRAP_ROOM
 
 
 def _is_fake(seq: Sequence) -> bool:
     return seq.bootstrap is not None and seq.bootstrap.host == FAKE_BOOTSTRAP_HOST
-
-
-def _valid_room(room: object) -> bool:
-    return type(room) is int and 1 <= room < 2**63
-
-
-def _status_for(message: str) -> int:
-    return TIMEOUT_STATUS if "timed out" in message else FAILURE_STATUS
-
-
-def _skip_prefill_draw(seq: Sequence, vocab_size: int) -> None:
-    """Advance a seeded generator past the draw the prefill engine made for the first token,
-    so seeded sampling gives the same tokens aggregated and disaggregated."""
-    gen = seq.sampling.generator if seq.sampling is not None else None
-    if gen is not None:
-        torch.multinomial(torch.ones(vocab_size), 1, generator=gen)

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from components.engine.config import EngineConfig
 from components.engine.engine_loop import EngineLoop
 from components.engine.engine_sync import SyncGenerateMixin
-from components.engine.outputs import LoopBatcher
+from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
 from components.engine.tokenizer_manager import TokenizerManager

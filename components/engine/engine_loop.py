@@ -1,9 +1,12 @@
 """The engine thread: owns the model, the KV pool, the scheduler and the KV transport.
 
-ALL torch work, model load included, runs on this one thread (study pitfall 3: libgomp
-throttles when torch has run on more than one OS thread). Other threads only enqueue commands;
+ALL torch work, model load included, runs on this one thread: libgomp throttles a process
+whose torch ops have run on more than one OS thread. Other threads only enqueue commands;
 results leave through the LoopBatcher. When idle the thread blocks on its command queue
 (with a short periodic wake in disaggregated mode, so the transport's side channel progresses).
+
+One step: ``scheduler.schedule() -> runner.forward(batch) -> processor.postprocess(batch,
+logits) -> scheduler.update(outcomes)``, then the step's chunks go out in one flush.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig
 
-from components.engine.config import EngineConfig
+from components.engine.config import DisaggregationMode, EngineConfig
+from components.engine.disagg import DisaggCoordinator
 from components.engine.kv_pool import KVPool
-from components.engine.model_runner import ModelRunner, read_model_shape
-from components.engine.outputs import LoopBatcher, finish_abort
+from components.engine.loop_batcher import LoopBatcher
+from components.engine.model_runner import TORCH_DTYPES, ModelRunner, read_model_shape
+from components.engine.output_processor import OutputProcessor, finish_abort
 from components.engine.request_checks import Limits
 from components.engine.scheduler import Scheduler, SchedulerConfig
 from components.engine.sequence import Sequence
@@ -58,8 +63,8 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._main, name="cpu-engine", daemon=True)
         self.info: EngineInfo | None = None
         self._pool: KVPool | None = None
+        self._runner: ModelRunner | None = None
         self._sched: Scheduler | None = None
-        self._disagg = None
 
     # ---- called from other threads ----------------------------------------------------------
     def start(self) -> EngineInfo:
@@ -117,33 +122,34 @@ class EngineLoop:
         torch.manual_seed(cfg.random_seed)
         shape = read_model_shape(cfg.model_path)
         context = _context_length(cfg, shape.max_position_embeddings)
-        dtype = _dtype(cfg.dtype)
+        dtype = TORCH_DTYPES[cfg.dtype]
         token_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
-        self._pool = KVPool(shape.num_layers, shape.num_kv_heads, shape.head_dim,
-                            cfg.num_pages(token_bytes), cfg.page_size, dtype)
-        runner = ModelRunner(cfg.model_path, cfg.dtype, self._pool)
+        self._pool = pool = KVPool(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                                   cfg.num_pages(token_bytes), cfg.page_size, dtype)
+        self._runner = runner = ModelRunner(cfg.model_path, cfg.dtype, pool)
         tokenizer = None
         if not cfg.skip_tokenizer_init:  # the engine thread's own copy (never shared)
             tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
         eos = _eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
-        limits = Limits(runner.vocab_size, context, self._pool.num_tokens, cfg.disaggregation_mode)
+        mode = cfg.disaggregation_mode
+        processor = OutputProcessor(tokenizer, eos, runner.vocab_size, cfg.stream_interval,
+                                    cfg.random_seed, mode == DisaggregationMode.PREFILL)
+        disagg = None
+        if mode != DisaggregationMode.NULL:
+            disagg = DisaggCoordinator(cfg, pool, runner.vocab_size)
         sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
-                                    cfg.stream_interval, cfg.random_seed)
-        self._sched = Scheduler(sched_cfg, limits, runner, self._pool, tokenizer, eos)
-        self._sched.flush = self._batcher.flush
-        if cfg.disaggregation_mode != "null":
-            from components.engine.disagg import DisaggCoordinator
-
-            self._disagg = DisaggCoordinator(cfg, self._sched, self._pool)
-            self._sched.disagg = self._disagg
-        port = self._disagg.bootstrap_port if self._disagg is not None else None
-        self.info = EngineInfo(runner.vocab_size, context, self._pool.num_pages, cfg.page_size,
-                               self._pool.num_tokens, eos, port)
-        logger.info("CPU engine ready: mode=%s context=%d pool=%d tokens", cfg.disaggregation_mode,
-                    context, self._pool.num_tokens)
+                                    cfg.chunked_prefill_size)
+        limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)
+        self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg)
+        port = disagg.bootstrap_port if disagg is not None else None
+        self.info = EngineInfo(runner.vocab_size, context, pool.num_pages, cfg.page_size,
+                               pool.num_tokens, eos, port)
+        logger.info("CPU engine ready: mode=%s context=%d pool=%d tokens", mode, context,
+                    pool.num_tokens)
 
     def _run(self) -> None:
-        sched, disagg = self._sched, self._disagg
+        sched = self._sched
+        disagg = sched.disagg
         while True:
             busy = sched.has_compute_work()
             if disagg is None:
@@ -156,13 +162,19 @@ class EngineLoop:
                 return
             try:
                 if disagg is not None:
-                    disagg.poll(PEER_POLL_S if not busy and disagg.has_pending() else 0.0)
+                    sched.poll_peer(PEER_POLL_S if not busy and disagg.has_pending() else 0.0)
                     self._batcher.flush()  # the first token that came with the KV goes out now
-                sched.step()
+                self._step()
             except Exception as exc:  # a failed step must not leave requests hanging
                 logger.exception("engine step failed")
                 sched.abort_everything(f"Internal CPU engine error: {exc}", 500)
             self._batcher.flush()
+
+    def _step(self) -> None:
+        batch = self._sched.schedule()
+        if batch:
+            logits = self._runner.forward(batch)
+            self._sched.update(self._sched.processor.postprocess(batch, logits))
 
     def _drain(self, timeout: float | None) -> bool:
         """Apply queued commands; block up to ``timeout`` for the first. False on stop."""
@@ -200,15 +212,9 @@ class EngineLoop:
                     break
                 if cmd is not _STOP and cmd[0] == "add":
                     self._sched.add(cmd[1])
-            self._sched.abort_everything("The engine was shut down", 503)
+            self._sched.close()
             self._batcher.flush()
-        if self._disagg is not None:
-            self._disagg.close()
         logger.info("CPU engine thread stopped")
-
-
-def _dtype(name: str) -> torch.dtype:
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
 def _context_length(cfg: EngineConfig, model_max: int | None) -> int:

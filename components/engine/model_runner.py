@@ -1,6 +1,7 @@
-"""Loads the HF model with slotpool attention and runs prefill and batched decode forwards.
+"""Loads the HF model with slotpool attention and runs one forward per scheduler batch.
 
-Everything here runs on the engine thread only (study pitfall 3: all torch work on one OS thread).
+Everything here runs on the engine thread only: libgomp throttles when torch has run on more
+than one OS thread of a process, so all torch work stays on the engine thread.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from components.engine import attention
-from components.engine.attention import StepMeta
+from components.engine.attention import Segment, StepMeta
+from components.engine.batch import Batch
 from components.engine.kv_pool import KVPool
 
 logger = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ def read_model_shape(model_path: str) -> ModelShape:
 
 
 class ModelRunner:
-    """The model plus the two forward shapes the scheduler uses."""
+    """The model; ``forward(batch)`` packs every row's new tokens into one sequence."""
 
     def __init__(self, model_path: str, dtype: str, pool: KVPool) -> None:
         attention.register()
@@ -60,30 +62,30 @@ class ModelRunner:
         logger.info("loaded %s (%s, %d layers)", model_path, dtype, pool.num_layers)
 
     @torch.inference_mode()
-    def prefill(self, input_ids: list[int], start_tok: int) -> torch.Tensor:
-        """Forward the whole prompt of one request; its K/V land in the pool. -> logits [V]."""
-        ids = torch.tensor([input_ids], dtype=torch.long)
-        pos = torch.arange(len(input_ids), dtype=torch.long).unsqueeze(0)
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Write the batch's new K/V into the pool; -> logits ``[len(batch.sampled), V]``,
+        one row per sampled row (a prompt chunk that ends its prompt, or a decode row)."""
+        tokens: list[int] = []
+        positions: list[torch.Tensor] = []
+        segments: list[Segment] = []
+        keep: list[int] = []
+        for chunk in batch.prefill:
+            seq, n = chunk.seq, chunk.end - chunk.begin
+            tokens += seq.input_ids[chunk.begin:chunk.end]
+            positions.append(torch.arange(chunk.begin, chunk.end))
+            segments.append(Segment(seq.start_tok, chunk.begin, n))
+            if chunk.completes_prompt:
+                keep.append(len(tokens) - 1)
+        for seq in batch.decode:
+            tokens.append(seq.output_ids[-1])
+            positions.append(torch.tensor([seq.kv_len]))
+            segments.append(Segment(seq.start_tok, seq.kv_len, 1))
+            keep.append(len(tokens) - 1)
         out = self.model(
-            input_ids=ids,
-            position_ids=pos,
+            input_ids=torch.tensor([tokens], dtype=torch.long),
+            position_ids=torch.cat(positions).unsqueeze(0),
             use_cache=False,
-            logits_to_keep=1,
-            kv_meta=StepMeta.prefill(self.pool, start_tok),
+            logits_to_keep=torch.tensor(keep, dtype=torch.long),
+            kv_meta=StepMeta.build(self.pool, segments),
         )
-        return out.logits[0, -1].float()
-
-    @torch.inference_mode()
-    def decode(self, tokens: list[int], starts: list[int], lens: list[int]) -> torch.Tensor:
-        """One step for B rows: row b feeds ``tokens[b]`` at position ``lens[b]``.
-
-        -> logits [B, V]."""
-        ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
-        pos = torch.tensor(lens, dtype=torch.long).unsqueeze(1)
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos,
-            use_cache=False,
-            kv_meta=StepMeta.decode(self.pool, starts, lens),
-        )
-        return out.logits[:, -1].float()
+        return out.logits[0].float()

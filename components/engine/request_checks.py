@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from components.engine.config import DisaggregationMode
 from components.engine.sequence import Sequence
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
+from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 
-MAX_ROOM = 2**63
-# SGLang's FAKE_BOOTSTRAP_HOST: warmup / health-check requests that move no KV (any room).
-FAKE_BOOTSTRAP_HOST = "2.2.2.2"
 
 
 @dataclass(frozen=True)
@@ -17,10 +17,10 @@ class Limits:
     vocab_size: int
     context_length: int
     pool_tokens: int
-    disaggregation_mode: str
+    disaggregation_mode: DisaggregationMode
 
 
-class RequestError(ValueError):
+class InvalidRequest(ValueError):
     """A client error: the request ends with an abort carrying status 400 and this message."""
 
 
@@ -29,7 +29,7 @@ def tokenize_prompt(seq: Sequence, tokenizer: Any) -> None:
     if seq.input_ids is not None or seq.prompt_text is None:
         return
     if tokenizer is None:
-        raise RequestError(
+        raise InvalidRequest(
             "The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
             "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False."
         )
@@ -37,26 +37,26 @@ def tokenize_prompt(seq: Sequence, tokenizer: Any) -> None:
         seq.input_ids = tokenizer(seq.prompt_text, add_special_tokens=True,
                                   return_attention_mask=False)["input_ids"]
     except (TypeError, ValueError) as exc:
-        raise RequestError(f"could not tokenize the prompt: {exc}") from exc
+        raise InvalidRequest(f"could not tokenize the prompt: {exc}") from exc
 
 
 def check_input_ids(ids: Any, limits: Limits) -> list[int]:
     if not isinstance(ids, list):
-        raise RequestError(f"input_ids must be a list of token ids, got {type(ids).__name__}")
+        raise InvalidRequest(f"input_ids must be a list of token ids, got {type(ids).__name__}")
     if not ids:
-        raise RequestError("The input is empty: input_ids has no tokens")
+        raise InvalidRequest("The input is empty: input_ids has no tokens")
     if not all(type(t) is int for t in ids):
         bad = next(t for t in ids if type(t) is not int)
-        raise RequestError(f"input_ids must hold integers, got {bad!r}")
+        raise InvalidRequest(f"input_ids must hold integers, got {bad!r}")
     lo, hi = min(ids), max(ids)
     if lo < 0 or hi >= limits.vocab_size:
         bad = lo if lo < 0 else hi
-        raise RequestError(
+        raise InvalidRequest(
             f"Token id {bad} in input_ids is out of the vocabulary range "
             f"[0, {limits.vocab_size - 1}]"
         )
     if len(ids) + 1 > limits.context_length:
-        raise RequestError(
+        raise InvalidRequest(
             f"The input ({len(ids)} tokens) is longer than the model's context length "
             f"({limits.context_length} tokens): at most {limits.context_length - 1} "
             "prompt tokens fit."
@@ -66,23 +66,24 @@ def check_input_ids(ids: Any, limits: Limits) -> list[int]:
 
 def check_bootstrap(seq: Sequence, limits: Limits) -> None:
     mode = limits.disaggregation_mode
-    if mode == "null":
+    if mode == DisaggregationMode.NULL:
         return
     if seq.bootstrap is None:
-        raise RequestError(
+        raise InvalidRequest(
             f"A {mode}-mode engine needs bootstrap_host, bootstrap_port and bootstrap_room "
             "on every request"
         )
     room = seq.bootstrap.room
-    if seq.bootstrap.host == FAKE_BOOTSTRAP_HOST and type(room) is int and 0 <= room < MAX_ROOM:
+    if (seq.bootstrap.host == FAKE_BOOTSTRAP_HOST and type(room) is int
+            and 0 <= room <= MAX_BOOTSTRAP_ROOM):
         return
-    if type(room) is not int or not 1 <= room < MAX_ROOM:
-        raise RequestError(f"bootstrap_room must be an integer in [1, 2**63), got {room!r}")
+    if type(room) is not int or not MIN_BOOTSTRAP_ROOM <= room <= MAX_BOOTSTRAP_ROOM:
+        raise InvalidRequest(f"bootstrap_room must be an integer in [1, 2**63), got {room!r}")
     port = seq.bootstrap.port
     if type(port) is not int or not 1 <= port <= 65535:
-        raise RequestError(f"bootstrap_port must be an integer in [1, 65535], got {port!r}")
+        raise InvalidRequest(f"bootstrap_port must be an integer in [1, 65535], got {port!r}")
     if not isinstance(seq.bootstrap.host, str) or not seq.bootstrap.host:
-        raise RequestError("bootstrap_host must be a non-empty host name or address")
+        raise InvalidRequest("bootstrap_host must be a non-empty host name or address")
 
 
 def plan_budget(seq: Sequence, limits: Limits) -> int:
@@ -90,12 +91,12 @@ def plan_budget(seq: Sequence, limits: Limits) -> int:
     room_left = limits.context_length - seq.prompt_len
     wanted = seq.params.max_new_tokens
     seq.max_new_tokens = room_left if wanted is None else min(wanted, room_left)
-    if limits.disaggregation_mode == "prefill":
+    if limits.disaggregation_mode == DisaggregationMode.PREFILL:
         need = seq.prompt_len  # only the prompt's K/V is computed and sent
     else:
         need = seq.prompt_len + max(seq.max_new_tokens, 1)
     if need > limits.pool_tokens:
-        raise RequestError(
+        raise InvalidRequest(
             f"The request needs KV space for {need} tokens but the engine's KV pool holds "
             f"{limits.pool_tokens} (max_total_tokens)"
         )

@@ -1,27 +1,33 @@
-"""Continuous batching on the engine thread: each step admits and prefills new requests, then
-decodes every running row in one batched forward. Rows join and leave between steps.
+"""Continuous batching on the engine thread: who runs in the next forward, and what follows.
 
-Shaped like nano-vllm: ``step()`` = schedule, run, postprocess.
+One engine step is ``schedule() -> runner.forward(batch) -> processor.postprocess(batch, logits)
+-> update(batch, outcomes)``. ``schedule`` admits waiting requests (FIFO) within the running
+and prefill-token budgets, allocates their pages and returns either a prefill batch (several
+prompts, or chunks of one, in one forward) or a decode batch (every running row). Running rows
+get a decode step between two prefill steps, so admissions never starve them.
+
+Disaggregation (prefill or decode mode) is behind ``DisaggCoordinator``, called at four points:
+``check_new``/``admit`` on admission, ``after_prefill``, ``on_finish``, and ``poll``. Its calls
+never come back into the scheduler: they return actions that ``_apply`` carries out.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.engine import outputs
-from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
-from components.engine.kv_pool import KVPool
-from components.engine.model_runner import ModelRunner
-from components.engine.request_checks import (
-    Limits, RequestError, check_bootstrap, check_input_ids, plan_budget, tokenize_prompt,
+from components.engine.batch import Batch, PrefillChunk
+from components.engine.config import DisaggregationMode
+from components.engine.disagg import Action, Adopt, Complete, DisaggCoordinator, Fail, Free
+from components.engine.kv_pool import KVPool, PageRun
+from components.engine.output_processor import (
+    FinishReason, OutputProcessor, finish_abort, finish_length,
 )
-from components.engine.sampling import SamplingState, make_generator, sample
+from components.engine.request_checks import (
+    InvalidRequest, Limits, check_bootstrap, check_input_ids, plan_budget, tokenize_prompt,
+)
 from components.engine.sequence import Sequence, Status
 
 logger = logging.getLogger(__name__)
@@ -31,71 +37,108 @@ logger = logging.getLogger(__name__)
 class SchedulerConfig:
     max_running_requests: int
     max_prefill_tokens: int
-    stream_interval: int
-    random_seed: int
+    chunked_prefill_size: int | None  # None: a prompt is always prefilled whole
 
 
 class Scheduler:
-    def __init__(
-        self,
-        cfg: SchedulerConfig,
-        limits: Limits,
-        runner: ModelRunner,
-        pool: KVPool,
-        tokenizer: Any,
-        eos_ids: frozenset[int],
-    ) -> None:
+    def __init__(self, cfg: SchedulerConfig, limits: Limits, pool: KVPool,
+                 processor: OutputProcessor, tokenizer: Any,
+                 disagg: DisaggCoordinator | None) -> None:
         self.cfg = cfg
         self.limits = limits
-        self.runner = runner
         self.pool = pool
+        self.processor = processor
         self.tokenizer = tokenizer
-        self.eos_ids = eos_ids
+        self.disagg = disagg
+        self._mode = limits.disaggregation_mode
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.live: dict[str, Sequence] = {}
-        self._seeds = random.Random(cfg.random_seed)
+        self._chunked: Sequence | None = None  # a prompt part-way through chunked prefill
         self._stalled = False  # the queue head does not fit in the pool until pages are freed
-        self.disagg = None  # set by the engine loop in prefill/decode mode (DisaggCoordinator)
-        self.flush: Callable[[], None] = lambda: None  # set by the engine loop: send chunks now
+        self._decode_due = False  # the last step prefilled: running rows go next
 
     # ---- requests in and out ----------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         self.live[seq.rid] = seq
         try:
             if seq.reject is not None:
-                raise RequestError(seq.reject)
+                raise InvalidRequest(seq.reject)
             tokenize_prompt(seq, self.tokenizer)
             seq.input_ids = check_input_ids(seq.input_ids, self.limits)
             check_bootstrap(seq, self.limits)
             seq.reserve_tokens = plan_budget(seq, self.limits)
             if self.disagg is not None:
                 self.disagg.check_new(seq)
-        except RequestError as exc:
-            self.finish(seq, outputs.finish_abort(str(exc), 400))
+        except InvalidRequest as exc:
+            self.finish(seq, finish_abort(str(exc), 400))
             return
-        self._init_sampling(seq)
+        self.processor.init_request(seq)
         self.waiting.append(seq)
 
     def abort(self, rid: str, abort_all: bool = False) -> None:
-        if abort_all:
-            targets = list(self.live.values())
-        else:
-            targets = [self.live[rid]] if rid in self.live else []
+        targets = list(self.live.values()) if abort_all else [self.live[rid]] * (rid in self.live)
         for seq in targets:
             logger.info("abort rid=%s (%s)", seq.rid, seq.status.value)
-            self.finish(seq, outputs.finish_abort("Aborted"))
+            self.finish(seq, finish_abort("Aborted"))
 
     def abort_everything(self, message: str, status_code: int | None) -> None:
         for seq in list(self.live.values()):
-            self.finish(seq, outputs.finish_abort(message, status_code))
+            self.finish(seq, finish_abort(message, status_code))
 
     def has_compute_work(self) -> bool:
-        return bool(self.running) or (self._admissible() and not self._stalled)
+        return bool(self.running or self._chunked) or (self._admissible() and not self._stalled)
 
-    def release_pages(self, pages) -> None:
-        self.pool.free(pages)
-        self._stalled = False
+    # ---- schedule ---------------------------------------------------------------------------
+    def schedule(self) -> Batch:
+        if self.running and self._decode_due:
+            self._decode_due = False
+            return Batch(decode=list(self.running))
+        batch = Batch(prefill=self._prefill_chunks())
+        if batch.prefill:
+            self._decode_due = True
+            return batch
+        return Batch(decode=list(self.running))
+
+    def _prefill_chunks(self) -> list[PrefillChunk]:
+        chunks: list[PrefillChunk] = []
+        budget = self.cfg.max_prefill_tokens
+        if self._chunked is not None:
+            chunks.append(self._next_chunk(self._chunked, budget))
+            budget -= chunks[-1].end - chunks[-1].begin
+        while self._admissible() and self._chunked is None:
+            seq = self.waiting[0]
+            if seq.max_new_tokens == 0 and self._mode == DisaggregationMode.NULL:
+                self.waiting.popleft()
+                self.finish(seq, finish_length(0))
+                continue
+            if chunks and (budget <= 0 or (seq.prompt_len > budget and not self._can_chunk())):
+                break  # the first prompt of a step always goes, however long
+            pages = self.pool.allocate(seq.reserve_tokens)
+            if pages is None:
+                self._stalled = True  # FIFO: wait until a finishing request frees pages
+                break
+            self.waiting.popleft()
+            seq.attach_pages(pages, self.pool.page_size)
+            if self._mode == DisaggregationMode.DECODE:
+                self._apply(self.disagg.admit(seq))  # the prefill engine computes the prompt
+                continue
+            seq.status = Status.PREFILLING
+            chunks.append(self._next_chunk(seq, budget))
+            budget -= chunks[-1].end - chunks[-1].begin
+        return chunks
+
+    def _can_chunk(self) -> bool:
+        return self.cfg.chunked_prefill_size is not None
+
+    def _next_chunk(self, seq: Sequence, budget: int) -> PrefillChunk:
+        size = seq.prompt_len - seq.prefilled
+        if self._can_chunk():
+            size = min(size, self.cfg.chunked_prefill_size, max(budget, 1))
+        chunk = PrefillChunk(seq, seq.prefilled, seq.prefilled + size)
+        seq.prefilled = chunk.end
+        self._chunked = None if chunk.completes_prompt else seq
+        return chunk
 
     def _admissible(self) -> bool:
         return bool(self.waiting) and self._active() < self.cfg.max_running_requests
@@ -103,89 +146,50 @@ class Scheduler:
     def _active(self) -> int:
         return len(self.live) - len(self.waiting)
 
-    # ---- one step ---------------------------------------------------------------------------
-    def step(self) -> None:
-        self._admit()
-        self.flush()  # new requests' first tokens go out now, not after the next decode forward
-        if self.running:
-            self._decode()
+    # ---- apply a forward's outcomes, and the peer's -----------------------------------------
+    def update(self, outcomes: list[tuple[Sequence, int, FinishReason | None]]) -> None:
+        for seq, token, reason in outcomes:
+            if reason is not None:
+                self.finish(seq, reason)
+            elif seq.status is Status.PREFILLING:
+                if self._mode == DisaggregationMode.PREFILL:
+                    self._apply(self.disagg.after_prefill(seq, token))
+                else:
+                    seq.status = Status.RUNNING
+                    self.running.append(seq)
 
-    def _admit(self) -> None:
-        prefilled = 0
-        while self._admissible():
-            seq = self.waiting[0]
-            over_budget = prefilled + seq.prompt_len > self.cfg.max_prefill_tokens
-            if prefilled and over_budget:  # decode mode never prefills, so never stops here
-                return
-            if seq.max_new_tokens == 0 and self.limits.disaggregation_mode == "null":
-                self.waiting.popleft()
-                self.finish(seq, outputs.finish_length(0))
-                continue
-            pages = self.pool.allocate(seq.reserve_tokens)
-            if pages is None:
-                self._stalled = True  # FIFO: wait until a finishing request frees pages
-                return
-            self.waiting.popleft()
-            seq.attach_pages(pages, self.pool.page_size)
-            if self.limits.disaggregation_mode == "decode":
-                self.disagg.start_decode(seq)
-                continue
-            prefilled += seq.prompt_len
-            t0 = time.perf_counter()
-            logits = self.runner.prefill(seq.input_ids, seq.start_tok)
-            token = sample(logits.unsqueeze(0), [seq.sampling])[0]
-            logger.debug("prefill rid=%s %d tokens in %.1f ms", seq.rid, seq.prompt_len,
-                         (time.perf_counter() - t0) * 1e3)
-            if self.limits.disaggregation_mode == "prefill":
-                self.disagg.start_prefill(seq, token)
-            else:
+    def poll_peer(self, timeout_s: float) -> None:
+        """Disaggregated: let the KV transport progress; apply what it reports."""
+        self._apply(self.disagg.poll(timeout_s))
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Adopt):
+                seq = action.seq
                 seq.status = Status.RUNNING
                 self.running.append(seq)
-                self.on_token(seq, token)
+                reason = self.processor.adopt_first_token(seq, action.first_token)
+                if reason is not None:
+                    self.finish(seq, reason)
+            elif isinstance(action, Complete):
+                self.processor.add_prefill_token(action.seq, action.first_token)
+                self.finish(action.seq, finish_length(0))  # SGLang's prefill-side chunk
+            elif isinstance(action, Fail):
+                self.finish(action.seq, finish_abort(action.message, action.status_code))
+            elif isinstance(action, Free):
+                self._release(action.pages)
 
-    def _decode(self) -> None:
-        rows = list(self.running)  # finish() removes rows from self.running
-        logits = self.runner.decode(
-            [s.output_ids[-1] for s in rows], [s.start_tok for s in rows], [s.kv_len for s in rows]
-        )
-        tokens = sample(logits, [s.sampling for s in rows])
-        for seq, token in zip(rows, tokens):
-            self.on_token(seq, token)
-
-    # ---- postprocess ------------------------------------------------------------------------
-    def on_token(self, seq: Sequence, token: int) -> None:
-        """Append one generated token, check the finish conditions, stream what is due."""
-        seq.output_ids.append(token)
-        if seq.first_token_at is None:
-            seq.first_token_at = time.perf_counter()
-        p = seq.params
-        reason = None
-        if not p.ignore_eos and (token in self.eos_ids or token in p.stop_token_ids):
-            reason = outputs.finish_stop_token(token)
-        if seq.detok is not None and (reason is None or p.no_stop_trim):
-            emit, matched = seq.stops.push(seq.detok.add(token))
-            seq.unsent_text += emit
-            if matched is not None:
-                reason = outputs.finish_stop_str(matched)
-        if reason is None and len(seq.output_ids) >= seq.max_new_tokens:
-            reason = outputs.finish_length(seq.max_new_tokens)
-        if reason is not None:
-            self.finish(seq, reason)
-        else:
-            self._emit(seq)
-
-    def finish(self, seq: Sequence, reason: dict[str, Any]) -> None:
+    # ---- finish -----------------------------------------------------------------------------
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """End a request for any reason: free its pages, leave every queue, send the last chunk."""
         if seq.finished:
             return
-        if seq.detok is not None and reason["type"] != "abort" and not _is_stop_str(reason):
-            seq.unsent_text += seq.stops.push(seq.detok.flush())[0] + seq.stops.flush()
-        seq.finish_reason = reason
+        self.processor.finalize(seq, reason)
         prev, seq.status = seq.status, Status.FINISHED
-        if self.disagg is not None:
-            self.disagg.forget(seq, prev)  # may keep the pages until an in-flight WRITE drained
+        if self.disagg is not None and self.disagg.on_finish(seq, prev):
+            seq.pages = None  # a peer may still touch them: the coordinator frees them later
         if seq.pages is not None:
-            self.release_pages(seq.pages)
+            self._release(seq.pages)
             seq.pages = None
         self.live.pop(seq.rid, None)
         if prev is Status.WAITING:
@@ -194,36 +198,16 @@ class Scheduler:
                 self.waiting.remove(seq)
         elif prev is Status.RUNNING:
             self.running.remove(seq)
-        self._emit(seq)
-        ttft_ms = (seq.first_token_at - seq.created_at) * 1e3 if seq.first_token_at else -1.0
-        logger.info("finish rid=%s reason=%s prompt=%d completion=%d ttft=%.1fms", seq.rid,
-                    reason["type"], seq.prompt_len, len(seq.output_ids), ttft_ms)
+        if self._chunked is seq:
+            self._chunked = None
+        self.processor.send_final(seq)
 
-    def _emit(self, seq: Sequence) -> None:
-        final = seq.finished
-        unsent = len(seq.output_ids) - seq.num_sent_ids
-        if not final:
-            if not seq.stream:
-                return
-            interval = seq.params.stream_interval or self.cfg.stream_interval
-            if seq.num_sent_ids > 0 and unsent < interval:
-                return
-        ids = seq.output_ids[seq.num_sent_ids:]
-        text, seq.unsent_text = seq.unsent_text, ""
-        seq.num_sent_ids = len(seq.output_ids)
-        seq.sink(outputs.build_chunk(seq, self.tokenizer is not None, ids, text), final)
+    def _release(self, pages: PageRun) -> None:
+        self.pool.free(pages)
+        self._stalled = False
 
-    # ---- helpers ----------------------------------------------------------------------------
-    def _init_sampling(self, seq: Sequence) -> None:
-        p = seq.params
-        stop_ids = () if p.ignore_eos else tuple(self.eos_ids | p.stop_token_ids)
-        seq.sampling = SamplingState(p, make_generator(p, self._seeds.getrandbits(63)),
-                                     stop_ids, seq.output_ids)
-        if self.tokenizer is not None:
-            seq.detok = IncrementalDetokenizer(self.tokenizer, seq.input_ids, p.skip_special_tokens,
-                                               p.spaces_between_special_tokens)
-            seq.stops = StopStringMatcher(p.stop, p.no_stop_trim)
-
-
-def _is_stop_str(reason: dict[str, Any]) -> bool:
-    return reason["type"] == "stop" and isinstance(reason.get("matched"), str)
+    def close(self) -> None:
+        """Engine shutdown: every request ends; the transport lets go of the pages it held."""
+        self.abort_everything("The engine was shut down", 503)
+        if self.disagg is not None:
+            self._apply(self.disagg.close())

@@ -15,6 +15,7 @@ from components.engine.sampling_params import SamplingParams
 
 class Status(enum.Enum):
     WAITING = "waiting"          # queued; no pages yet
+    PREFILLING = "prefilling"    # pages allocated; prompt (chunks) being forwarded
     WAITING_KV = "waiting_kv"    # decode mode: pages allocated, waiting for the prefill's WRITE
     TRANSFERRING = "transferring"  # prefill mode: KV computed, waiting for the WRITE to finish
     RUNNING = "running"          # in the decode batch
@@ -48,14 +49,13 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     pages: PageRun | None = None
     start_tok: int = -1               # pool token index of the first prompt token
+    prefilled: int = 0                # prompt tokens scheduled into the pool so far
     max_new_tokens: int = 0           # effective budget: params capped by the context
     reserve_tokens: int = 0           # KV slots reserved at admission
-    prefill_token: int | None = None  # prefill mode: first token, sent once the KV is written
     sampling: SamplingState | None = None
     detok: IncrementalDetokenizer | None = None
     stops: StopStringMatcher | None = None
     finish_reason: dict[str, Any] | None = None
-    deadline: float | None = None     # monotonic bound on a wait for the peer engine
     # Streaming bookkeeping: what the caller has already received.
     num_sent_ids: int = 0
     unsent_text: str = ""

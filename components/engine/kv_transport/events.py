@@ -1,4 +1,4 @@
-"""Events ``KVTransport.poll()`` returns (kv_transfer.py says when the engine frees pages)."""
+"""Events ``KVTransport.poll()`` returns (transport.py says when the engine frees pages)."""
 
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import msgspec
 
-from components.engine.bootstrap import BootstrapClient, Endpoint
-from components.engine.transfer_events import Event, KVArrived, RoomReleased, TransferFailed
-from components.engine.transfer_nixl import NixlEndpoint
-from components.engine.transfer_runs import Run
-from protocol.kv_transfer import Abort, AbortAck, Register, notif_decoder
+from components.engine.kv_transport.bootstrap import BootstrapClient, Endpoint
+from components.engine.kv_transport.events import Event, KVArrived, RoomReleased, TransferFailed
+from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
+from components.engine.kv_transport.runs import Run
+from protocol.kv_side_channel import Abort, AbortAck, Register, notif_decoder
 
 logger = logging.getLogger(__name__)
 

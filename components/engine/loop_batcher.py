@@ -1,48 +1,12 @@
-"""Engine-thread side of output delivery: chunk dicts, and batched wake-ups of asyncio loops."""
+"""Delivery of chunks from the engine thread to asyncio loops: one wake-up per loop per step."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
-from components.engine.sequence import Sequence
-
 logger = logging.getLogger(__name__)
-
-
-def finish_stop_token(token: int) -> dict[str, Any]:
-    return {"type": "stop", "matched": token}
-
-
-def finish_stop_str(stop: str) -> dict[str, Any]:
-    return {"type": "stop", "matched": stop}
-
-
-def finish_length(n: int) -> dict[str, Any]:
-    return {"type": "length", "length": n}
-
-
-def finish_abort(message: str, status_code: int | None = None) -> dict[str, Any]:
-    return {"type": "abort", "message": message, "status_code": status_code}
-
-
-def build_chunk(seq: Sequence, with_text: bool, output_ids: list[int], text: str) -> dict[str, Any]:
-    """One SGLang incremental-stream chunk (DESIGN.md section 4)."""
-    meta: dict[str, Any] = {
-        "id": seq.rid,
-        "finish_reason": seq.finish_reason,
-        "prompt_tokens": seq.prompt_len,
-        "completion_tokens": len(seq.output_ids),
-        "cached_tokens": 0,
-    }
-    if seq.finish_reason is not None:
-        meta["e2e_latency"] = time.perf_counter() - seq.created_at
-    chunk: dict[str, Any] = {"output_ids": output_ids, "meta_info": meta}
-    if with_text:
-        chunk["text"] = text
-    return chunk
 
 
 class LoopBatcher:

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from components.engine.bootstrap import BootstrapServer
-from components.engine.transfer_events import Event, TransferDone, TransferFailed
-from components.engine.transfer_nixl import NixlEndpoint
-from components.engine.transfer_runs import Run, pair_runs
-from protocol.kv_transfer import Abort, AbortAck, Hello, KVNotif, Register, encode
+from components.engine.kv_transport.bootstrap import BootstrapServer
+from components.engine.kv_transport.events import Event, TransferDone, TransferFailed
+from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
+from components.engine.kv_transport.runs import Run, pair_runs
+from protocol.kv_side_channel import Abort, AbortAck, Hello, KVNotif, Register, encode
 
 logger = logging.getLogger(__name__)
 

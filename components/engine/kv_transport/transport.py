@@ -23,7 +23,7 @@ When the engine may free pages (the contract):
   connected, or ``transfer_timeout`` passed). ``abort`` emits no ``TransferFailed``.
 
 Interface notes (changes to the task's sketch): source and destination runs need only the same
-total size, not the same count (see transfer_runs.py); invalid local runs or a duplicate room
+total size, not the same count (see runs.py); invalid local runs or a duplicate room
 raise ValueError at the call; ``bootstrap_port`` None or 0 binds a free port (``.bootstrap_port``).
 """
 
@@ -38,21 +38,21 @@ import uuid
 import torch
 import zmq
 
-from components.engine.bootstrap import BootstrapClient, BootstrapServer
-from components.engine.transfer_decode import DecodeSide
-from components.engine.transfer_events import (
+from components.engine.kv_transport.bootstrap import BootstrapClient, BootstrapServer
+from components.engine.kv_transport.decode_side import DecodeSide
+from components.engine.kv_transport.events import (
     Event,
     KVArrived,
     RoomReleased,
     TransferDone,
     TransferFailed,
 )
-from components.engine.transfer_nixl import NixlEndpoint
-from components.engine.transfer_prefill import PrefillSide
-from components.engine.transfer_runs import Run
-from protocol.kv_transfer import Hello
+from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
+from components.engine.kv_transport.prefill_side import PrefillSide
+from components.engine.kv_transport.runs import Run
+from protocol.kv_side_channel import Hello
 
-__all__ = ["KVTransport", "Event", "TransferDone", "KVArrived", "TransferFailed", "RoomReleased"]
+__all__ = ["KVTransport"]
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The KV-transfer side channel: ZMQ ROUTER on prefill (the bootstrap server), DEALERs on decode.
 
-Frames are msgpack (msgspec Structs of ``protocol.kv_transfer``), never pickle. Malformed or
+Frames are msgpack (msgspec Structs of ``protocol.kv_side_channel``), never pickle. Malformed or
 unknown messages are logged and dropped. All sends are non-blocking; every socket has linger 0,
 so closing never waits for a dead peer. Used on the engine thread only.
 """
@@ -13,7 +13,7 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from protocol.kv_transfer import (
+from protocol.kv_side_channel import (
     MAX_MESSAGE_BYTES,
     Hello,
     ToDecode,

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from components.engine.transfer_runs import Run, check_within
+from components.engine.kv_transport.runs import Run, check_within
 
 logger = logging.getLogger(__name__)
 
