@@ -28,7 +28,7 @@ import torch
 from benchmarks.common import (REPO_ROOT, format_table, limit_cpu_threads, median, new_figure,
                                ratio, results_dir, save_figure, write_json)
 from components.engine.kv_pool import KVPool
-from components.engine.kv_transfer import KVArrived, KVTransport, TransferDone, TransferFailed
+from components.engine.kv_transport import KVArrived, KVTransport, TransferDone, TransferFailed
 
 LAYERS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 8, 4, 64, 16  # the `small` model, fp32
 SIZES = (128, 256, 512, 1024, 2048, 4096)
