@@ -106,11 +106,11 @@ async def run_disagg(decode, prefill: PrefillProcess, ids: list[int]) -> dict:
 
 
 async def measure(args) -> tuple[dict, list[str]]:
-    from components.engine.engine import Engine
+    from components.engine.engine import CpuEngine
 
     capture = TimingCapture.install()
-    agg = Engine(model_path=args.model_path, skip_tokenizer_init=True, num_threads=1)
-    decode = Engine(
+    agg = CpuEngine(model_path=args.model_path, skip_tokenizer_init=True, num_threads=1)
+    decode = CpuEngine(
         model_path=args.model_path,
         skip_tokenizer_init=True,
         num_threads=1,

@@ -18,7 +18,7 @@ from benchmarks.common import (
     SMALL_MODEL, format_table, median, new_figure, percentile, require_model, results_dir,
     save_figure, write_json,
 )
-from components.engine.engine import Engine
+from components.engine.engine import CpuEngine
 
 PREFILL_LENGTHS = (128, 512, 2000)
 DECODE_BATCHES = (1, 16)
@@ -78,7 +78,7 @@ async def loop_lag_ms(engine: Engine, seed: int) -> tuple[float, float, float]:
 
 
 async def run(args: argparse.Namespace) -> dict:
-    engine = Engine(model_path=str(args.model), num_threads=args.threads)
+    engine = CpuEngine(model_path=str(args.model), num_threads=args.threads)
     try:
         await prefill_tok_s(engine, 64, seed=0)  # warm-up
         out: dict = {"threads": args.threads, "prefill": {}, "decode": {}}

@@ -1,4 +1,5 @@
-"""Event-loop responsiveness while a 64k-token chat is templated and tokenized (DESIGN.md §6).
+"""Event-loop responsiveness while a 64k-token chat is templated and tokenized
+(docs/architecture.md, "Preprocessing off the event loop").
 
 Arms, interleaved, each preprocessing the same long chat once per run:
   inline   - the naive baseline: template + tokenize on the event loop;
@@ -201,7 +202,8 @@ def report(args, summary: dict, runs: dict, same: bool, n_tokens: int) -> None:
         f"{ratios['max_probe_shared_over_executor']:.0f}x"
     )
     print(
-        "SGLang's reference (PR thread in ../shared/seeds/): a loop-side call during a 250k-token "
+        "SGLang's own measurement (the change that moved its tokenization off the loop): "
+        "a loop-side call during a 250k-token "
         "encode waited ~300 ms with a shared backend, ~0.3 ms with a separate one."
     )
     print("token ids identical across arms: " + ("yes" if same else "NO"))

@@ -76,7 +76,8 @@ template, the first chunk) that weighs on N = 1,000.
 PREPROCESS = """\
 `python -m benchmarks.bench_preprocess_loop` — the worker's event loop while a **64k-token chat**
 (system prompt + alternating ~1,200-token turns) is templated and tokenized with the model's fast
-tokenizer (DESIGN.md section 6). Arms: **inline** on the loop (the naive baseline), **shared**
+tokenizer (docs/architecture.md, "Preprocessing off the event loop").
+Arms: **inline** on the loop (the naive baseline), **shared**
 (`asyncio.to_thread` with the loop's own tokenizer: the naive fix, one Rust backend shared by two
 threads) and **executor** (the project's `handlers.preprocess.Preprocessor`: one FIFO thread with
 its own clone of the backend). Measured over the job's window, on the same loop: **loop lag**
@@ -85,7 +86,7 @@ stream** (a thread delivers a token every 5 ms through `call_soon_threadsafe`, a
 does), and a **loop-side tokenizer call** every 5 ms (`tok(["a", "bb"], padding=True)`, the probe
 SGLang used). For reference, SGLang measured a loop-side call waiting **~300 ms** behind a
 250k-token encode with a shared backend, and **~0.3 ms** with a separate one
-(`../shared/seeds/`, the PR thread behind DESIGN.md section 6).
+(in the change that moved its tokenization off the event loop).
 """
 
 KV = """\

@@ -142,9 +142,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from components.engine.engine import Engine
+    from components.engine.engine import CpuEngine
 
-    engine = Engine(
+    engine = CpuEngine(
         model_path=args.model_path,
         skip_tokenizer_init=True,
         num_threads=1,

@@ -9,22 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from dataclasses import dataclass
 from typing import Any
+
+from components.engine_limits import EngineLimits
 
 logger = logging.getLogger(__name__)
 
 ENGINE_CHOICES = ("auto", "cpu", "sglang")
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    """What registration advertises about an engine's capacity."""
-
-    context_length: int
-    max_total_num_tokens: int
-    max_running_requests: int | None
-    page_size: int
 
 
 def cuda_available() -> bool:
@@ -67,9 +58,9 @@ def build_engine(kind: str, engine_args: Any) -> Any:
         from components.sglang_engine import create_engine
 
         return create_engine(engine_args)
-    from components.engine.engine import Engine
+    from components.engine.engine import CpuEngine
 
-    return Engine(**dict(engine_args))
+    return CpuEngine(**dict(engine_args))
 
 
 def engine_limits(kind: str, engine: Any) -> EngineLimits:

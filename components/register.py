@@ -1,9 +1,10 @@
 """Model registration with the Dynamo frontend (agg and decode workers only).
 
-The decode worker orchestrates its prefill itself (DESIGN §3), so to the frontend it is a
+The decode worker orchestrates its prefill itself (docs/architecture.md, "A request's life"),
+so to the frontend it is a
 complete worker: it registers as `WorkerType.Aggregated` with no `needs`. Registering it as
 `WorkerType.Decode` with `needs=[[Prefill]]` would make the 1.6.1 frontend answer 503 until a
-*registered* prefill model appears and then run its own PrefillRouter (reference B.1) - neither
+*registered* prefill model appears and then run its own PrefillRouter - neither
 fits, since our prefill workers serve a private endpoint and register no model.
 """
 
@@ -23,7 +24,7 @@ from dynamo.llm import (
 )
 
 from components.args import WorkerConfig
-from components.engine_factory import EngineLimits
+from components.engine_limits import EngineLimits
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ def runtime_config_for(limits: EngineLimits) -> ModelRuntimeConfig:
 
 
 def model_kind(skip_tokenizer_init: bool) -> tuple[Any, Any]:
-    """Tokens in/out when the frontend tokenizes; raw chat bodies otherwise (DESIGN §2)."""
+    """Tokens in/out when the frontend tokenizes; raw chat bodies otherwise
+    (docs/architecture.md, "Two input modes")."""
     if skip_tokenizer_init:
         return ModelInput.Tokens, ModelType.Chat | ModelType.Completions
     return ModelInput.Text, ModelType.Chat

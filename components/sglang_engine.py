@@ -12,7 +12,7 @@ from typing import Any
 
 from sglang.srt.server_args import ServerArgs
 
-from components.engine_factory import EngineLimits
+from components.engine_limits import EngineLimits
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ class TokenizerManager(Protocol):
 
 
 class Engine(Protocol):
-    """SGLang's offline Engine API subset (DESIGN §4); with stream=True the awaited value is
-    an async iterator of incremental chunks {"text"?, "output_ids", "meta_info"}."""
+    """SGLang's offline Engine API subset (docs/architecture.md, "The engine API"); with
+    stream=True the awaited value is an async iterator of incremental chunks
+    {"text"?, "output_ids", "meta_info"}."""
 
     tokenizer_manager: TokenizerManager
 

@@ -1,4 +1,5 @@
-"""Decode (or aggregated) worker handler: the endpoint the frontend calls (DESIGN §3).
+"""Decode (or aggregated) worker handler: the endpoint the frontend calls
+(docs/architecture.md, "A request's life").
 
 Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
 the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded] -> own engine request

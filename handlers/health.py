@@ -1,5 +1,5 @@
 """Health-check (canary) payloads the runtime sends to each role's endpoint when
-DYN_HEALTH_CHECK_ENABLED is set; shapes follow Dynamo's SGLang component (A.11/B.8),
+DYN_HEALTH_CHECK_ENABLED is set; shapes follow Dynamo's own SGLang component,
 adapted to this project's wire."""
 
 from typing import Any

@@ -44,7 +44,7 @@ def tokens_sampling_params(
     context_length: int,
     skip_tokenizer_init: bool,
 ) -> dict[str, Any]:
-    """Tokens mode, from stop_conditions + sampling_options (reference B.5).
+    """Tokens mode, from stop_conditions + sampling_options (Dynamo 1.6.1's preprocessed request).
 
     Stop strings go to the engine only when it has a tokenizer; without one the frontend
     matches them on its detokenized text. A tokenizer-free SGLang rejects min_new_tokens > 0,

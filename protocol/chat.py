@@ -1,7 +1,7 @@
 """Text-mode request: the raw OpenAI chat-completions body a `ModelInput.Text` worker receives.
 
 Unknown fields are tolerated (extra="allow"): the frontend forwards the client's body as is
-(reference B.7), including extensions such as `nvext`.
+(what the 1.6.1 frontend forwards in Text mode), including extensions such as `nvext`.
 """
 
 from typing import Any, Literal, Optional

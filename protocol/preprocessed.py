@@ -1,6 +1,6 @@
 """Tokens-mode request, as the Dynamo 1.6.1 frontend sends it to a `ModelInput.Tokens` worker.
 
-Mirrors `lib/llm/src/protocols/common/preprocessor.rs` (reference B.3). Unknown fields are kept
+Mirrors `lib/llm/src/protocols/common/preprocessor.rs` (Dynamo 1.6.1). Unknown fields are kept
 (extra="allow") so newer frontends keep working; the handlers read only the fields named here.
 """
 

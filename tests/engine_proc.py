@@ -23,12 +23,12 @@ READY_TIMEOUT_S = 60.0
 
 # ---- server side ----------------------------------------------------------------------------
 async def _serve(engine_kwargs: dict[str, Any]) -> None:
-    from components.engine.engine import Engine
+    from components.engine.engine import CpuEngine
 
     # Libraries (NIXL) log to stdout: keep the protocol on a private copy of the original fd 1.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    engine = Engine(**engine_kwargs)
+    engine = CpuEngine(**engine_kwargs)
 
     def send(obj: dict[str, Any]) -> None:
         out.write(json.dumps(obj) + "\n")

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from components.engine.engine import Engine
+from components.engine.engine import CpuEngine
 from tests.engine_helpers import (
     assert_chunk_shape, drain, load_reference, random_prompt, reference_greedy,
 )
@@ -15,7 +15,7 @@ GREEDY = {"temperature": 0.0}
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    eng = Engine(model_path=tiny_model_path, max_total_tokens=32768)
+    eng = CpuEngine(model_path=tiny_model_path, max_total_tokens=32768)
     yield eng
     eng.shutdown()
 
@@ -157,7 +157,7 @@ async def test_eos_ignore_eos_and_min_new_tokens(engine):
 async def test_max_new_tokens_zero_and_context_cap(engine, tiny_model_path):
     out = await engine.async_generate(input_ids=[5, 6], sampling_params={"max_new_tokens": 0})
     assert out["output_ids"] == [] and out["meta_info"]["finish_reason"]["type"] == "length"
-    small = Engine(model_path=tiny_model_path, context_length=32, max_total_tokens=256)
+    small = CpuEngine(model_path=tiny_model_path, context_length=32, max_total_tokens=256)
     try:
         out = await small.async_generate(
             input_ids=list(range(3, 28)),
@@ -193,7 +193,7 @@ async def test_penalties_change_greedy_output(engine, penalty):
 async def test_chunked_prefill_is_token_identical(tiny_model_path, reference):
     """SGLang's chunked prefill: long prompts forwarded 64 tokens at a time, between decode
     steps of the running rows, give exactly the tokens of an unchunked prefill."""
-    eng = Engine(model_path=tiny_model_path, chunked_prefill_size=64, max_prefill_tokens=96)
+    eng = CpuEngine(model_path=tiny_model_path, chunked_prefill_size=64, max_prefill_tokens=96)
     try:
         reqs = [(random_prompt(n, eng.vocab_size, seed=50 + n), 16) for n in (30, 200, 600)]
         wants = [reference_greedy(reference, ids, n, eng.eos_token_ids) for ids, n in reqs]

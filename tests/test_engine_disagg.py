@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from transformers import AutoTokenizer
 
-from components.engine.engine import Engine
+from components.engine.engine import CpuEngine
 from tests.engine_helpers import drain, random_prompt, wait_until
 from tests.engine_proc import EngineProcess
 
@@ -37,14 +37,14 @@ async def prefill(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def decode(tiny_model_path):
-    eng = Engine(model_path=tiny_model_path, disaggregation_mode="decode", **TIMEOUTS)
+    eng = CpuEngine(model_path=tiny_model_path, disaggregation_mode="decode", **TIMEOUTS)
     yield eng
     eng.shutdown()
 
 
 @pytest.fixture(scope="module")
 def agg(tiny_model_path):
-    eng = Engine(model_path=tiny_model_path)
+    eng = CpuEngine(model_path=tiny_model_path)
     yield eng
     eng.shutdown()
 
@@ -174,7 +174,7 @@ async def test_prefill_times_out_when_decode_never_comes(prefill):
 
 
 async def test_decode_times_out_when_prefill_never_sends(prefill, tiny_model_path):
-    eng = Engine(model_path=tiny_model_path, disaggregation_mode="decode", **SHORT)
+    eng = CpuEngine(model_path=tiny_model_path, disaggregation_mode="decode", **SHORT)
     try:
         t0 = time.monotonic()
         d = await asyncio.wait_for(eng.async_generate(input_ids=[5, 6, 7], sampling_params=GREEDY,

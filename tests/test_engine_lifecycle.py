@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from components.engine.engine import Engine
+from components.engine.engine import CpuEngine
 from tests.engine_helpers import (
     assert_chunk_shape, drain, load_reference, random_prompt, reference_greedy, wait_until,
 )
@@ -14,7 +14,7 @@ LONG = {"temperature": 0.0, "max_new_tokens": 100000, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    eng = Engine(model_path=tiny_model_path, context_length=4096, max_total_tokens=16384)
+    eng = CpuEngine(model_path=tiny_model_path, context_length=4096, max_total_tokens=16384)
     yield eng
     eng.shutdown()
 
@@ -110,7 +110,7 @@ async def test_unsupported_features_raise(engine):
 
 async def test_queueing_beyond_running_and_pool_limits(tiny_model_path):
     # Room for 2 running rows and ~3 requests' KV: the other requests wait their turn.
-    eng = Engine(model_path=tiny_model_path, max_running_requests=2, max_total_tokens=512,
+    eng = CpuEngine(model_path=tiny_model_path, max_running_requests=2, max_total_tokens=512,
                  page_size=16)
     ref = load_reference(tiny_model_path)
     try:
@@ -128,7 +128,7 @@ async def test_queueing_beyond_running_and_pool_limits(tiny_model_path):
 
 
 async def test_skip_tokenizer_init(tiny_model_path):
-    eng = Engine(model_path=tiny_model_path, skip_tokenizer_init=True)
+    eng = CpuEngine(model_path=tiny_model_path, skip_tokenizer_init=True)
     try:
         assert eng.tokenizer_manager.tokenizer is None
         with pytest.raises(ValueError, match="skip_tokenizer_init"):
@@ -143,7 +143,7 @@ async def test_skip_tokenizer_init(tiny_model_path):
 
 
 async def test_shutdown_ends_live_requests(tiny_model_path):
-    eng = Engine(model_path=tiny_model_path)
+    eng = CpuEngine(model_path=tiny_model_path)
     stream = await eng.async_generate(input_ids=[5, 6], sampling_params=LONG, stream=True)
     await stream.__anext__()
     eng.shutdown()
@@ -164,7 +164,7 @@ def test_engine_usable_from_successive_event_loops(engine):
 
 def test_startup_failure_is_loud(tmp_path):
     with pytest.raises((RuntimeError, OSError, ValueError)):
-        Engine(model_path=str(tmp_path / "missing"))
+        CpuEngine(model_path=str(tmp_path / "missing"))
 
 
 def test_sync_generate(engine):

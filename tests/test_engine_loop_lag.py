@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from components.engine.engine import Engine
+from components.engine.engine import CpuEngine
 from tests.engine_helpers import random_prompt
 
 TICK_S = 0.001
@@ -18,7 +18,7 @@ P99_BOUND_MS = 10.0
 
 @pytest.mark.slow
 async def test_loop_lag_during_long_prefill(small_model_path):
-    eng = Engine(model_path=small_model_path, max_total_tokens=4096)
+    eng = CpuEngine(model_path=small_model_path, max_total_tokens=4096)
     try:
         ids = random_prompt(2000, eng.vocab_size, seed=3)
         # Warm-up, so one-time costs (first forward, allocator growth) are not measured.

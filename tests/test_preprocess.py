@@ -1,7 +1,8 @@
-"""The preprocess executor (DESIGN §6): FIFO, contextvars, inline fast path without
-overtaking, cancelled jobs keep their place, a cloned backend (never the loop's), current
-wrapper settings, no corruption under a loop-side truncation storm, a responsive loop during a
-~250k-token encode, and the fallbacks (slow tokenizer lock, grown backend)."""
+"""The preprocess executor (docs/architecture.md, "Preprocessing off the event loop"): FIFO,
+contextvars, inline fast path without overtaking, cancelled jobs keep their place, a cloned
+backend (never the loop's), current wrapper settings, no corruption under a loop-side truncation
+storm, a responsive loop during a ~250k-token encode, and the fallbacks (slow tokenizer lock,
+grown backend)."""
 
 import asyncio
 import contextvars

@@ -28,7 +28,7 @@ from protocol.limits import MAX_TOKENS_LIMIT
 
 pytestmark = pytest.mark.timeout(30)
 
-# Exactly what the 1.6.1 frontend sent a Tokens-mode worker (reference B.3), plus an
+# Exactly what the 1.6.1 frontend sent a Tokens-mode worker, plus an
 # unknown future field.
 FRONTEND_TOKENS_REQUEST = {
     "model": "tiny",

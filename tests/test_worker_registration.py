@@ -8,7 +8,7 @@ import pytest
 
 from components import engine_factory, register, worker
 from components.args import parse_args
-from components.engine_factory import EngineLimits
+from components.engine_limits import EngineLimits
 from components.register import RegistrationError, register_served_model
 
 pytestmark = pytest.mark.timeout(30)

@@ -27,7 +27,7 @@ DEFAULT_POOL_BYTES = 256 << 20
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """What an ``Engine(**kwargs)`` call accepts; every name matches SGLang's ServerArgs."""
+    """What an ``CpuEngine(**kwargs)`` call accepts; every name matches SGLang's ServerArgs."""
 
     model_path: str
     served_model_name: str | None = None
@@ -109,7 +109,8 @@ class EngineConfig:
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "EngineConfig":
-        """From ``Engine(**kwargs)``; unknown names raise TypeError, as with SGLang's ServerArgs."""
+        """From ``CpuEngine(**kwargs)``; unknown names raise TypeError, as SGLang's ServerArgs
+        does."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
@@ -118,7 +119,7 @@ class EngineConfig:
                 f"Accepted: {', '.join(sorted(known))}"
             )
         if "model_path" not in kwargs:
-            raise TypeError("Engine() missing required keyword argument: 'model_path'")
+            raise TypeError("CpuEngine() missing required keyword argument: 'model_path'")
         return cls(**kwargs)
 
 

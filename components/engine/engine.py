@@ -1,4 +1,4 @@
-"""``Engine``: SGLang's offline Engine API on the embedded CPU engine.
+"""``CpuEngine``: SGLang's offline Engine API on the embedded CPU engine.
 
 The asyncio side only validates cheap things, enqueues the request for the engine thread and
 awaits chunks from a per-request asyncio queue. It works from any event loop (the loop is
@@ -22,7 +22,7 @@ from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
-from components.engine.tokenizer_manager import TokenizerManager
+from components.engine.tokenizer_manager import CpuTokenizerManager
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
 }
 
 
-class Engine(SyncGenerateMixin):
-    """``Engine(**kwargs)`` with SGLang ServerArgs names (see EngineConfig)."""
+class CpuEngine(SyncGenerateMixin):
+    """``CpuEngine(**kwargs)`` with SGLang ServerArgs names (see EngineConfig)."""
 
     def __init__(self, server_args: EngineConfig | None = None, **kwargs: Any) -> None:
         if server_args is None:
@@ -58,7 +58,7 @@ class Engine(SyncGenerateMixin):
         self._lock = threading.Lock()
         self._live_rids: set[str] = set()
         self._closed = False
-        self.tokenizer_manager = TokenizerManager(tokenizer, self.server_args, self._loop)
+        self.tokenizer_manager = CpuTokenizerManager(tokenizer, self.server_args, self._loop)
 
     # ---- registration facts -------------------------------------------------------------------
     @property
@@ -232,7 +232,7 @@ class Engine(SyncGenerateMixin):
             self._closed = True
         self._loop.stop(SHUTDOWN_JOIN_S)
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> "CpuEngine":
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -10,7 +10,7 @@ from components.engine.config import EngineConfig
 logger = logging.getLogger(__name__)
 
 
-class TokenizerManager:
+class CpuTokenizerManager:
     def __init__(self, tokenizer: Any, server_args: EngineConfig, engine_loop: Any) -> None:
         # The caller's tokenizer (None with skip_tokenizer_init). The engine thread tokenizes and
         # detokenizes with its own copy, so the two threads never share one Rust tokenizer.

@@ -1,7 +1,7 @@
 """One NIXL agent (UCX backend, DRAM) with the engine's KV pool registered once.
 
 The agent is created WITHOUT NIXL's progress thread: with it, the Python wrapper hardcodes a
-zero delay and the idle thread spins a whole core (feasibility study, pitfall 1). UCX is instead
+zero delay and the idle thread spins a whole core (measured on 2-core machines). UCX is instead
 progressed by the owner's calls to ``state()`` (initiator) and ``notifs()`` (target), which the
 transport makes from its ``poll()`` whenever a room is pending.
 """
