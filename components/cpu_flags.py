@@ -9,6 +9,7 @@ but the CPU engine cannot honour are accepted only with their neutral value, and
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 # SGLang --dtype spellings -> torch dtype names the CPU engine takes; "auto" = engine default.
@@ -27,7 +28,9 @@ _OPTIONAL = {
     "cpu_num_threads": "num_threads",
     "cpu_bootstrap_timeout": "bootstrap_timeout",
     "cpu_transfer_timeout": "transfer_timeout",
+    "cpu_kv_side_channel_secret": "kv_side_channel_secret",
 }
+SIDE_CHANNEL_SECRET_ENV = "DYN_KV_SIDE_CHANNEL_SECRET"
 
 
 def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +62,10 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help="seconds a transfer may wait for its peer to register")
     g.add_argument("--cpu-transfer-timeout", type=float, default=None,
                    help="seconds a KV transfer may take")
+    g.add_argument("--cpu-kv-side-channel-secret", default=os.environ.get(SIDE_CHANNEL_SECRET_ENV),
+                   help="shared secret that authenticates KV side-channel peers (same on every "
+                        f"prefill and decode; prefer the {SIDE_CHANNEL_SECRET_ENV} environment "
+                        "variable, which is the default, over the command line)")
 
 
 def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

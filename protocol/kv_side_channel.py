@@ -1,17 +1,27 @@
 """Wire messages of the CPU engine's KV-transfer side channel (msgpack via msgspec, never pickle).
 
 Decode -> prefill (ZMQ DEALER -> the prefill's bootstrap ROUTER):
-  ``Hello``     once per peer connection: the decode agent's NIXL metadata;
+  ``Hello``     once per connection: the decode agent's NIXL metadata, the base and size of its
+                registered KV pool, its ``KVLayout``, and (with a shared secret) a nonce, a
+                timestamp and an HMAC of the rest;
   ``Register``  once per room: where the room's KV goes (destination runs in decode memory);
   ``Abort``     decode gave the room up; prefill stops, drains any WRITE, then answers ``AbortAck``.
 Prefill -> decode (ROUTER -> DEALER):
+  ``Welcome``   the Hello was accepted: the prefill's NIXL agent name (the only agent whose KV
+                notifications decode accepts for rooms on this connection), HMAC'd with the
+                Hello's nonce when a secret is set;
+  ``Refused``   the Hello was refused (layout mismatch, name bound to another connection, bad
+                secret, too many peers): every room on this connection fails with ``reason``;
+  ``Holding``   a WRITE of the room may still land (NIXL has not let go of it): keep the pages
+                until ``Abort``/``AbortAck``, however long (up to the holding backstop);
   ``Abort``     prefill failed or gave the room up; no WRITE of the room is in flight any more;
   ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more.
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
   ``KVNotif``   ``{room, first_token}``.
 
-Every decode uses ``msgspec.msgpack.Decoder(type=...)``: a message of the wrong shape raises
-``msgspec.DecodeError`` / ``ValidationError`` and is dropped by the receiver.
+Every decode uses ``msgspec.msgpack.Decoder(type=...)`` after a size check: a message too big or
+of the wrong shape is dropped by the receiver. The bounds below are what a hostile peer can make
+a receiver hold, not what a real model needs.
 """
 
 from __future__ import annotations
@@ -24,19 +34,45 @@ import msgspec
 Room = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
 Address = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Length = Annotated[int, msgspec.Meta(gt=0, le=2**63 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]
 AgentName = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 Message = Annotated[str, msgspec.Meta(max_length=4096)]
-# A room's runs: layers * 2 * kv_heads per contiguous page run; 1M is far above any real model.
-Runs = Annotated[list[tuple[Address, Length]], msgspec.Meta(min_length=1, max_length=1 << 20)]
+# A room's runs: layers * 2 * kv_heads per contiguous page run (a 128-layer, 64-head model has
+# 16K); the cap keeps one Register under MAX_MESSAGE_BYTES.
+Runs = Annotated[list[tuple[Address, Length]], msgspec.Meta(min_length=1, max_length=1 << 16)]
 # NIXL agent metadata is ~0.5 KiB with UCX; the cap only stops a hostile peer.
 Metadata = Annotated[bytes, msgspec.Meta(min_length=1, max_length=1 << 20)]
+Token = Annotated[bytes, msgspec.Meta(max_length=64)]
 
-MAX_MESSAGE_BYTES = 32 << 20
+# Enforced by ZMQ (MAXMSGSIZE drops the connection) and again before any decode.
+MAX_MESSAGE_BYTES = 2 << 20
+MAX_NOTIF_BYTES = 64
+
+
+class KVLayout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the bytes of a page mean: two engines move KV only if theirs are equal."""
+
+    dtype: Annotated[str, msgspec.Meta(max_length=32)]
+    num_layers: Count
+    num_kv_heads: Count
+    head_dim: Count
+    page_size: Count
+    model_id: Annotated[str, msgspec.Meta(max_length=512)]
+
+    def describe(self) -> str:
+        return (f"{self.model_id} {self.dtype} layers={self.num_layers} "
+                f"kv_heads={self.num_kv_heads} head_dim={self.head_dim} page={self.page_size}")
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True):
     agent_name: AgentName
     agent_metadata: Metadata
+    pool_base: Address = 0  # the decode's registered KV pool: Register runs must lie inside
+    pool_bytes: Address = 0
+    layout: KVLayout | None = None
+    nonce: Token = b""  # with a shared secret: fresh per connection
+    sent_at: float = 0.0  # with a shared secret: Unix time, bounds how long a replay is checked
+    mac: Token = b""  # with a shared secret: HMAC-SHA256 of this Hello with mac=b""
 
 
 class Register(msgspec.Struct, tag="register", frozen=True, forbid_unknown_fields=True):
@@ -56,13 +92,28 @@ class AbortAck(msgspec.Struct, tag="abort_ack", frozen=True, forbid_unknown_fiel
     agent_name: AgentName
 
 
+class Welcome(msgspec.Struct, tag="welcome", frozen=True, forbid_unknown_fields=True):
+    agent_name: AgentName
+    mac: Token = b""
+
+
+class Refused(msgspec.Struct, tag="refused", frozen=True, forbid_unknown_fields=True):
+    agent_name: AgentName
+    reason: Message
+
+
+class Holding(msgspec.Struct, tag="holding", frozen=True, forbid_unknown_fields=True):
+    room: Room
+    agent_name: AgentName
+
+
 class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     room: Room
     first_token: Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 
 
 ToPrefill = Union[Hello, Register, Abort]
-ToDecode = Union[Abort, AbortAck]
+ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding]
 
 _encoder = msgspec.msgpack.Encoder()
 to_prefill_decoder = msgspec.msgpack.Decoder(type=ToPrefill)
@@ -70,5 +121,6 @@ to_decode_decoder = msgspec.msgpack.Decoder(type=ToDecode)
 notif_decoder = msgspec.msgpack.Decoder(type=KVNotif)
 
 
-def encode(msg: Hello | Register | Abort | AbortAck | KVNotif) -> bytes:
+def encode(msg: Hello | Register | Abort | AbortAck | Welcome | Refused | Holding | KVNotif
+           ) -> bytes:
     return _encoder.encode(msg)

@@ -18,6 +18,7 @@ from protocol.kv_side_channel import (
 from tests.transport_fakes import (
     RUNS,
     make_decode,
+    welcome,
 )
 
 
@@ -25,8 +26,9 @@ def test_decode_registers_and_reports_arrival():
     side, nixl, client, events = make_decode()
     side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
     assert client.sent == [(("127.0.0.1", 5000), Register(7, "fake-agent", RUNS))]
-    nixl.inbox = [b"garbage", encode(KVNotif(room=99, first_token=1)),
-                  encode(KVNotif(room=7, first_token=3))]
+    welcome(side)
+    nixl.inbox = [("pre", b"garbage"), ("pre", encode(KVNotif(room=99, first_token=1))),
+                  ("pre", encode(KVNotif(room=7, first_token=3)))]
     side.progress(time.monotonic())
     assert events == [KVArrived(7, 3)] and not side.busy
 

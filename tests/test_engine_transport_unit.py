@@ -14,7 +14,9 @@ from protocol.kv_side_channel import (
     Abort,
     AbortAck,
     Hello,
+    Holding,
     KVNotif,
+    Refused,
     Register,
     encode,
     notif_decoder,
@@ -100,7 +102,9 @@ def test_prefill_abort_during_write_waits_for_the_handle():
     side.add_prefill(7, RUNS, 1, "r")
     side.on_message(b"id-d", Abort(room=7, agent_name="dec", message="client gone"))
     side.progress(time.monotonic())
-    assert events == [] and server.sent == []  # WRITE still in flight: nothing freed or acked
+    # WRITE still in flight: nothing freed or acked; decode is told to keep its pages.
+    assert events == [] and server.sent == [(b"id-d", Holding(room=7, agent_name="fake-agent"))]
+    server.sent.clear()
     nixl.states[0] = "DONE"
     side.progress(time.monotonic())
     assert events == [TransferFailed(7, "aborted by decode: client gone")]
@@ -166,8 +170,9 @@ def test_prefill_rejects_unknown_agents_bad_hello_and_bad_local_input():
     side, nixl, server, events = make_prefill()
     side.on_message(b"id-x", Hello(agent_name="evil", agent_metadata=b"bad"))
     side.on_message(b"id-x", Register(room=3, agent_name="evil", runs=PEER_RUNS))
-    assert server.sent == [
-        (b"id-x", Abort(3, "fake-agent", "prefill does not know this decode agent"))]
+    (who, refused), (_, abort) = server.sent
+    assert who == b"id-x" and isinstance(refused, Refused) and "NIXL_ERR_MISMATCH" in refused.reason
+    assert abort.room == 3 and "prefill does not know this decode agent" in abort.message
     with pytest.raises(ValueError, match="outside the registered KV pool"):
         side.add_prefill(4, [(0, 16)], 1, "r")
     side.add_prefill(5, RUNS, 1, "r")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from components.engine.kv_transport.decode_side import DecodeSide
 from components.engine.kv_transport.prefill_side import PrefillSide
 from components.engine.kv_transport.runs import check_within
-from protocol.kv_side_channel import Hello
+from protocol.kv_side_channel import Hello, Welcome
 
 BASE, SIZE = 0x10000, 0x10000
 RUNS = [(BASE, 256), (BASE + 1024, 256)]
@@ -26,7 +26,7 @@ class FakeNixl:
         self.states: dict[int, str] = {}
         self.writes: list[tuple] = []
         self.released: list[int] = []
-        self.inbox: list[bytes] = []
+        self.inbox: list[tuple[str, bytes]] = []  # (sending agent, notification)
 
     def check_local(self, runs, what):
         check_within(runs, BASE, SIZE, what)
@@ -51,6 +51,9 @@ class FakeNixl:
     def release(self, handle):
         self.released.append(handle)
         return True
+
+    def remove_peer(self, name):
+        self.peers.discard(name)
 
     def notifs(self):
         out, self.inbox = self.inbox, []
@@ -79,6 +82,9 @@ class FakeClient:
     def forget(self, endpoint):
         self.forgotten.append(endpoint)
 
+    def hello_nonce(self, endpoint):
+        return b""
+
     def was_connected(self, endpoint):
         return self.connected
 
@@ -86,13 +92,21 @@ class FakeClient:
 def make_prefill(write_state="PROC", bootstrap_timeout=5.0, transfer_timeout=5.0):
     nixl, server, events = FakeNixl(write_state), FakeServer(), []
     side = PrefillSide(nixl, server, bootstrap_timeout, transfer_timeout, events.append)
-    side.on_message(b"id-d", Hello(agent_name="dec", agent_metadata=b"md"))
+    side.on_message(b"id-d", Hello(agent_name="dec", agent_metadata=b"md", pool_base=BASE,
+                                   pool_bytes=SIZE))
+    assert server.sent == [(b"id-d", Welcome(agent_name="fake-agent"))]
+    server.sent.clear()
     return side, nixl, server, events
 
 
 def make_decode(connected=True, transfer_timeout=5.0):
     nixl, client, events = FakeNixl(), FakeClient(connected), []
     return DecodeSide(nixl, client, transfer_timeout, events.append), nixl, client, events
+
+
+def welcome(side, endpoint=("127.0.0.1", 5000), agent="pre"):
+    """The prefill at ``endpoint`` accepted the decode's Hello: its notifications now count."""
+    side.on_message(endpoint, Welcome(agent_name=agent))
 
 
 # --- runs -------------------------------------------------------------------------------------

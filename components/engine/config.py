@@ -54,6 +54,10 @@ class EngineConfig:
     # SGLang's chunked prefill: a longer prompt is forwarded in pieces of at most this many
     # tokens, with decode steps of the running batch between them. None or -1: off.
     chunked_prefill_size: int | None = None
+    # Shared secret of the KV side channel (HMAC of each peer's Hello); the same on every prefill
+    # and decode. None: peers are not authenticated (fine while the bootstrap server listens on
+    # loopback or a private network).
+    kv_side_channel_secret: str | None = dataclasses.field(default=None, repr=False)
     log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
     #                               configures logging
 
@@ -97,6 +101,9 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 3600:
                 raise ValueError(f"{name} must be a number of seconds in (0, 3600], got {value!r}")
+        secret = self.kv_side_channel_secret
+        if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 4096):
+            raise ValueError("kv_side_channel_secret must be a string of 16 to 4096 characters")
         if not isinstance(self.host, str) or not self.host:
             raise ValueError("host must be a non-empty address to bind side channels to")
 

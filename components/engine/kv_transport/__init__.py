@@ -9,8 +9,9 @@ from components.engine.kv_transport.events import (
     TransferDone,
     TransferFailed,
 )
+from components.engine.kv_transport.peering import Peering, engine_peering
 from components.engine.kv_transport.runs import Run
 from components.engine.kv_transport.transport import KVTransport
 
 __all__ = ["KVTransport", "Run", "Event", "KVArrived", "RoomReleased", "TransferDone",
-           "TransferFailed"]
+           "TransferFailed", "Peering", "engine_peering"]

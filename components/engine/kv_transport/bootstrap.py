@@ -1,8 +1,14 @@
-"""The KV-transfer side channel: ZMQ ROUTER on prefill (the bootstrap server), DEALERs on decode.
+"""The KV-transfer side channel: ZMQ ROUTER on prefill (the bootstrap server), DEALERs on decode
+(``bootstrap_client.py``).
 
-Frames are msgpack (msgspec Structs of ``protocol.kv_side_channel``), never pickle. Malformed or
-unknown messages are logged and dropped. All sends are non-blocking; every socket has linger 0,
-so closing never waits for a dead peer. Used on the engine thread only.
+Frames are msgpack (msgspec Structs of ``protocol.kv_side_channel``), never pickle. A frame over
+``MAX_MESSAGE_BYTES`` is refused by ZMQ (MAXMSGSIZE) and checked again before any decode;
+malformed or unknown messages are logged (throttled) and dropped. All sends are non-blocking;
+every socket has linger 0, so closing never waits for a dead peer. Engine thread only.
+
+The server also reports which connections dropped, so the prefill can unbind the agent names
+they introduced: ROUTER identities are per connection, and each message carries the file
+descriptor of its connection (``zmq.SRCFD``), which the socket monitor names when it closes.
 """
 
 from __future__ import annotations
@@ -13,28 +19,22 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from protocol.kv_side_channel import (
-    MAX_MESSAGE_BYTES,
-    Hello,
-    ToDecode,
-    ToPrefill,
-    encode,
-    to_decode_decoder,
-    to_prefill_decoder,
-)
+from components.engine.kv_transport.peers import Throttle
+from protocol.kv_side_channel import MAX_MESSAGE_BYTES, ToPrefill, encode, to_prefill_decoder
 
 logger = logging.getLogger(__name__)
 
 Endpoint = tuple[str, int]
 # Drains are bounded so one flood of messages cannot starve the engine loop.
-_MAX_DRAIN = 1024
+MAX_DRAIN = 1024
+_UNKNOWN = b""  # a connection accepted whose identity is not known yet
 
 
 def tcp_address(host: str, port: int | str) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
-def _new_socket(ctx: zmq.Context, kind: int, host: str) -> zmq.Socket:
+def new_socket(ctx: zmq.Context, kind: int, host: str) -> zmq.Socket:
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
@@ -46,66 +46,97 @@ def _new_socket(ctx: zmq.Context, kind: int, host: str) -> zmq.Socket:
 class BootstrapServer:
     """Prefill side: one ROUTER bound to ``host:port`` (port None/0 picks a free port)."""
 
-    def __init__(self, ctx: zmq.Context, host: str, port: int | None) -> None:
-        self.socket = _new_socket(ctx, zmq.ROUTER, host)
+    def __init__(self, ctx: zmq.Context, host: str, port: int | None, throttle: Throttle) -> None:
+        self.socket = new_socket(ctx, zmq.ROUTER, host)
+        self.monitor = self.socket.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         try:
             # Port None/0: the OS picks a free one ("*"), read back from the bound endpoint.
             self.socket.bind(tcp_address(host, port or "*"))
             self.port = int(self.socket.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
         except zmq.ZMQError as exc:
-            self.socket.close()
+            self.close()
             raise RuntimeError(
                 f"cannot bind the KV bootstrap server to {host}:{port}: {exc}") from exc
         self.host = host
+        self._throttle = throttle
+        self._fd_of: dict[bytes, int] = {}  # identity -> its connection's fd
+        self._at_fd: dict[int, bytes] = {}  # open connection's fd -> identity (or _UNKNOWN)
+        self._dropped: list[bytes] = []
+        self._gone: dict[bytes, None] = {}  # identities of closed connections (recent ones)
         logger.info("KV bootstrap server listening on %s", tcp_address(host, self.port))
 
-    def recv_all(self) -> list[tuple[bytes, ToPrefill]]:
+    @property
+    def connections(self) -> int:
+        return len(self._at_fd)
+
+    def recv_all(self) -> tuple[list[tuple[bytes, ToPrefill]], list[bytes]]:
+        """(messages, identities whose connection dropped since the last call)."""
+        self._drain_monitor()
         out: list[tuple[bytes, ToPrefill]] = []
-        for _ in range(_MAX_DRAIN):
+        for _ in range(MAX_DRAIN):
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            if len(frames) != 2:
-                logger.warning("bootstrap server: dropped a message of %d frames", len(frames))
+            if len(frames) != 2 or len(frames[1]) > MAX_MESSAGE_BYTES:
+                self._throttle.warn("frame", "bootstrap server: dropped a message of %d frames",
+                                    len(frames))
+                continue
+            identity = frames[0].bytes
+            if identity not in self._fd_of and not self._track(identity, frames[1].get(zmq.SRCFD)):
                 continue
             try:
-                out.append((frames[0], to_prefill_decoder.decode(frames[1])))
+                out.append((identity, to_prefill_decoder.decode(frames[1].buffer)))
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                logger.warning("bootstrap server: dropped a malformed message: %s", exc)
-        return out
+                self._throttle.warn("malformed", "bootstrap server: dropped a malformed "
+                                    "message: %s", exc)
+        self._drain_monitor()
+        dropped, self._dropped = self._dropped, []
+        return out, dropped
+
+    def _track(self, identity: bytes, fd: int) -> bool:
+        """First message of a connection: remember its fd. The monitor announced the accept
+        before any message of it could arrive, so draining it first makes the fd's entry this
+        connection's (any earlier connection on the same fd is closed and reported by now)."""
+        self._drain_monitor()
+        if identity in self._gone:
+            return False  # still queued from a connection the monitor reported closed
+        previous = self._at_fd.get(fd, _UNKNOWN)
+        if previous != _UNKNOWN:
+            # fds are unique among open connections: the previous one closed unreported.
+            self._lost(fd)
+        self._at_fd[fd] = identity
+        self._fd_of[identity] = fd
+        return True
+
+    def _lost(self, fd: int) -> None:
+        identity = self._at_fd.pop(fd, _UNKNOWN)
+        if identity != _UNKNOWN:
+            del self._fd_of[identity]
+            self._dropped.append(identity)
+            self._gone[identity] = None
+            if len(self._gone) > MAX_DRAIN:
+                del self._gone[next(iter(self._gone))]
+
+    def _drain_monitor(self) -> None:
+        for _ in range(MAX_DRAIN):
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            fd = event["value"]
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self._at_fd[fd] = _UNKNOWN
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self._lost(fd)
 
     def send(self, identity: bytes, msg) -> bool:
         try:
             self.socket.send_multipart([identity, encode(msg)], zmq.NOBLOCK)
             return True
         except zmq.ZMQError as exc:
-            logger.warning("bootstrap server: send to a decode peer failed: %s", exc)
+            self._throttle.warn("send", "bootstrap server: send to a decode peer failed: %s", exc)
             return False
-
-    def close(self) -> None:
-        self.socket.close()
-
-
-class _Peer:
-    def __init__(self, ctx: zmq.Context, endpoint: Endpoint) -> None:
-        host, port = endpoint
-        self.socket = _new_socket(ctx, zmq.DEALER, host)
-        self.monitor = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        self.socket.connect(tcp_address(host, port))
-        self.connected = False  # a TCP connection was established at least once
-        self.lost = False  # ... and then dropped
-
-    def drain_monitor(self) -> None:
-        for _ in range(_MAX_DRAIN):
-            try:
-                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if event["event"] == zmq.EVENT_CONNECTED:
-                self.connected = True
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self.lost = True
 
     def close(self) -> None:
         try:
@@ -114,80 +145,3 @@ class _Peer:
             pass
         self.monitor.close()
         self.socket.close()
-
-
-class BootstrapClient:
-    """Decode side: one DEALER per prefill bootstrap endpoint, created on first use.
-
-    The first message to a peer is ``hello`` (this agent's NIXL metadata). A monitor reports when
-    the TCP connection drops: the peer is forgotten (a later room reconnects and says hello again)
-    and the owner fails its rooms, since a process whose socket closed is no longer writing.
-    """
-
-    def __init__(self, ctx: zmq.Context, poller: zmq.Poller, hello: Hello) -> None:
-        self._ctx = ctx
-        self._poller = poller
-        self._hello = hello
-        self._peers: dict[Endpoint, _Peer] = {}
-
-    def send(self, endpoint: Endpoint, msg) -> bool:
-        """Queue ``msg`` to ``endpoint`` (connects and says hello first if needed)."""
-        peer = self._peers.get(endpoint)
-        if peer is None:
-            peer = _Peer(self._ctx, endpoint)
-            self._peers[endpoint] = peer
-            self._poller.register(peer.socket, zmq.POLLIN)
-            self._poller.register(peer.monitor, zmq.POLLIN)
-            if not self._send(endpoint, peer, self._hello):
-                return False
-        return self._send(endpoint, peer, msg)
-
-    def was_connected(self, endpoint: Endpoint) -> bool:
-        """Whether ``endpoint`` may have received anything (a TCP connection came up)."""
-        peer = self._peers.get(endpoint)
-        if peer is None:
-            return False
-        # ZMQ queues the CONNECTED event before any byte can flow, so draining it here is exact.
-        peer.drain_monitor()
-        return peer.connected
-
-    def _send(self, endpoint: Endpoint, peer: _Peer, msg) -> bool:
-        try:
-            peer.socket.send(encode(msg), zmq.NOBLOCK)
-            return True
-        except zmq.ZMQError as exc:
-            logger.warning("KV side channel: send to %s:%s failed: %s", *endpoint, exc)
-            return False
-
-    def recv_all(self) -> tuple[list[tuple[Endpoint, ToDecode]], list[Endpoint]]:
-        """(messages, endpoints whose connection dropped since the last call)."""
-        messages: list[tuple[Endpoint, ToDecode]] = []
-        dropped: list[Endpoint] = []
-        for endpoint, peer in list(self._peers.items()):
-            for _ in range(_MAX_DRAIN):
-                try:
-                    data = peer.socket.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    messages.append((endpoint, to_decode_decoder.decode(data)))
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    logger.warning("KV side channel: dropped a malformed message from %s:%s: %s",
-                                   *endpoint, exc)
-            peer.drain_monitor()
-            if peer.lost:
-                logger.warning("KV side channel: lost the connection to prefill %s:%s", *endpoint)
-                dropped.append(endpoint)
-                self.forget(endpoint)
-        return messages, dropped
-
-    def forget(self, endpoint: Endpoint) -> None:
-        peer = self._peers.pop(endpoint, None)
-        if peer is not None:
-            self._poller.unregister(peer.socket)
-            self._poller.unregister(peer.monitor)
-            peer.close()
-
-    def close(self) -> None:
-        for endpoint in list(self._peers):
-            self.forget(endpoint)

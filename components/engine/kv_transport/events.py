@@ -40,3 +40,8 @@ class RoomReleased:
 
 
 Event = TransferDone | KVArrived | TransferFailed | RoomReleased
+
+# A WRITE that NIXL will not let go of keeps its pages held on both sides for at most this many
+# transfer timeouts; past that the pages are freed with an ERROR (a leak is worse than the risk
+# of a write NIXL has been cancelling for that long).
+HOLD_BACKSTOP_FACTOR = 10

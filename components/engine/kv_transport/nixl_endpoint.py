@@ -62,15 +62,19 @@ class NixlEndpoint:
 
     # --- peers --------------------------------------------------------------------------------
     def add_peer(self, expected_name: str, metadata: bytes) -> None:
-        """Load a peer's metadata; raises one of ``self.errors`` or ValueError if unusable."""
+        """Load a peer's metadata; raises one of ``self.errors`` or ValueError if unusable.
+
+        The caller (peers.py) decides who may use a name; NIXL itself refuses new metadata under
+        a loaded name, so a known peer is never replaced here."""
         if self._peers.get(expected_name) == metadata:
             return
-        if expected_name in self._peers:
-            self.remove_peer(expected_name)
         loaded = self._agent.add_remote_agent(metadata)
         loaded = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
         if loaded != expected_name:
-            self._agent.remove_remote_agent(loaded)
+            # Metadata of another agent: unload it only if this call loaded it (a replay of a
+            # known peer's metadata must not disconnect that peer).
+            if loaded not in self._peers:
+                self._agent.remove_remote_agent(loaded)
             raise ValueError(
                 f"peer said it is agent {expected_name!r} but its metadata names {loaded!r}")
         self._peers[expected_name] = metadata
@@ -116,10 +120,12 @@ class NixlEndpoint:
             logger.warning("NIXL: could not release transfer handle: %s", exc)
             return False
 
-    def notifs(self) -> list[bytes]:
-        """New notifications from any peer; also progresses UCX on the passive side."""
+    def notifs(self) -> list[tuple[str, bytes]]:
+        """New notifications as (sending agent, message); also progresses UCX on the passive
+        side. The sender is the name of the agent NIXL received it from (a connection a peer
+        can make only with our metadata, which only the prefills we registered with have)."""
         got = self._agent.get_new_notifs()
-        return [msg for msgs in got.values() for msg in msgs]
+        return [(str(agent), msg) for agent, msgs in got.items() for msg in msgs]
 
     def close(self) -> None:
         if self._closed:

@@ -1,8 +1,9 @@
 """Prefill side of the KV transport: meet decode registrations, WRITE, report, honour aborts.
 
 A room starts WRITING when both ``add_prefill`` (local KV ready) and the decode's ``Register``
-are present, in either order. Every room added with ``add_prefill`` ends with exactly one
-``TransferDone`` or ``TransferFailed``, and only once no WRITE of it is in flight.
+are present, in either order (the WRITEs themselves: ``prefill_writes.py``). Only the connection
+that introduced an agent may speak for it, and only the connection that registered a room may
+abort it (``peers.py``); registrations from a connection that drops are never written.
 """
 
 from __future__ import annotations
@@ -10,67 +11,54 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from components.engine.kv_transport.bootstrap import BootstrapServer
-from components.engine.kv_transport.events import Event, TransferDone, TransferFailed
+from components.engine.kv_transport.events import Event, TransferFailed
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
-from components.engine.kv_transport.runs import Run, pair_runs
-from protocol.kv_side_channel import Abort, AbortAck, Hello, KVNotif, Register, encode
+from components.engine.kv_transport.peers import (
+    MAX_PENDING,
+    MAX_PENDING_PER_PEER,
+    Peer,
+    PeerTable,
+    Throttle,
+)
+from components.engine.kv_transport.prefill_writes import PrefillWrites, Registration, PrefillRoom
+from components.engine.kv_transport.runs import Run
+from protocol.kv_side_channel import Abort, AbortAck, Hello, Holding, KVLayout, Register
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class _Registration:
-    agent: str
-    runs: list[Run]
-    arrived: float
-
-
-@dataclass
-class _Room:
-    room: int
-    rid: str
-    runs: list[Run]
-    first_token: int
-    created: float
-    reg: _Registration | None = None
-    handle: object | None = None
-    started: float = 0.0
-    # Set when the room is given up while its WRITE is in flight: reported once the WRITE settles.
-    abort_message: str | None = None
-    ack_to: str | None = None  # decode agent that aborted the room and waits for AbortAck
-
-
-class PrefillSide:
+class PrefillSide(PrefillWrites):
     def __init__(self, nixl: NixlEndpoint, server: BootstrapServer, bootstrap_timeout: float,
-                 transfer_timeout: float, emit: Callable[[Event], None]) -> None:
-        self._nixl = nixl
-        self._server = server
-        self._bootstrap_timeout = bootstrap_timeout
-        self._transfer_timeout = transfer_timeout
-        self._emit = emit
-        # Orphan registrations and tombstones (rooms given up) are kept this long, then dropped.
-        self._horizon = bootstrap_timeout + transfer_timeout
-        self._rooms: dict[int, _Room] = {}
-        self._registrations: dict[int, _Registration] = {}
-        self._tombstones: dict[int, tuple[float, str]] = {}
-        self._identities: dict[str, bytes] = {}  # decode agent -> ROUTER identity
-        self._zombies: list[object] = []  # handles NIXL refused to release; retried
+                 transfer_timeout: float, emit: Callable[[Event], None],
+                 layout: KVLayout | None = None, secret: bytes | None = None,
+                 throttle: Throttle | None = None) -> None:
+        throttle = throttle or Throttle()
+        super().__init__(nixl, server, bootstrap_timeout, transfer_timeout, emit, throttle)
+        self._peers = PeerTable(nixl, layout, secret, throttle)
+        self._registrations: dict[int, Registration] = {}
+        self._pending: dict[bytes, int] = {}  # connection -> its registrations waiting
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Sizes of every table a peer can grow (all capped; see peers.py)."""
+        return {"peers": len(self._peers), "registrations": len(self._registrations),
+                "tombstones": len(self._tombstones), "nonces": self._peers.nonces,
+                "rooms": len(self._rooms), "zombies": len(self._zombies)}
 
     # --- engine calls -------------------------------------------------------------------------
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str) -> None:
         if room in self._rooms:
             raise ValueError(f"room {room} is already being transferred")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
-        tomb = self._tombstones.pop(room, None)
+        tomb = self._tombstones.pop(room)
         if tomb is not None:
-            self._emit(TransferFailed(room, tomb[1]))
+            self._emit(TransferFailed(room, tomb))
             return
-        r = _Room(room, rid, list(runs), int(first_token), time.monotonic())
+        r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic())
         self._rooms[room] = r
-        r.reg = self._registrations.pop(room, None)
+        r.reg = self._take_registration(room)
         if r.reg is not None:
             self._start(r)
 
@@ -78,164 +66,110 @@ class PrefillSide:
         r = self._rooms.get(room)
         if r is None:
             # Aborted before its KV was ready: fail the decode's registration now or when it comes.
-            reg = self._registrations.pop(room, None)
+            reg = self._take_registration(room)
             if reg is not None:
-                self._send(reg.agent, Abort(room, self._nixl.name, message))
-            self._tombstones[room] = (time.monotonic() + self._horizon, message)
+                self._server.send(reg.identity, Abort(room, self._nixl.name, message))
+            self._tombstones.add(room, message)
             return
         if r.handle is not None:
             r.abort_message = r.abort_message or message
         else:
             self._finish_failed(r, message, tell_decode=True)
 
-    @property
-    def busy(self) -> bool:
-        return bool(self._rooms or self._zombies)
-
-    def progress_since(self) -> float | None:
-        """Start of the newest WRITE in flight, or None (only check_xfer_state moves it along)."""
-        starts = [r.started for r in self._rooms.values() if r.handle is not None]
-        if self._zombies:
-            starts.append(0.0)
-        return max(starts, default=None)
-
-    def next_deadline(self) -> float | None:
-        waits = [r.created + self._bootstrap_timeout for r in self._rooms.values() if r.reg is None]
-        return min(waits, default=None)
-
     # --- side channel -------------------------------------------------------------------------
     def on_message(self, identity: bytes, msg) -> None:
         if isinstance(msg, Hello):
-            self._on_hello(identity, msg)
+            busy = {r.reg.agent for r in self._rooms.values() if r.handle is not None}
+            self._server.send(identity, self._peers.hello(identity, msg, busy))
             return
-        if not self._nixl.has_peer(msg.agent_name):
-            logger.warning("room %s: message from unknown decode agent %s (no hello)",
-                           msg.room, msg.agent_name)
-            reply = Abort(msg.room, self._nixl.name, "prefill does not know this decode agent")
-            self._server.send(identity, reply)
+        peer = self._peers.peer_of(identity)
+        if peer is None or peer.name != msg.agent_name:
+            why = ("prefill does not know this decode agent (no accepted hello on this "
+                   "connection)" if peer is None else
+                   f"this connection speaks for agent {peer.name!r}, not {msg.agent_name!r}")
+            if isinstance(msg, Register):
+                self._refuse(identity, msg.room, why)
             return
-        self._identities[msg.agent_name] = identity
         if isinstance(msg, Register):
-            self._on_register(msg)
+            self._on_register(identity, peer, msg)
         else:
-            self._on_decode_abort(msg)
+            self._on_decode_abort(identity, msg)
 
-    def _on_hello(self, identity: bytes, msg: Hello) -> None:
-        try:
-            self._nixl.add_peer(msg.agent_name, msg.agent_metadata)
-        except (ValueError, *self._nixl.errors) as exc:
-            logger.warning("hello from decode agent %s rejected: %s", msg.agent_name, exc)
-            return
-        self._identities[msg.agent_name] = identity
-        logger.info("decode agent %s connected", msg.agent_name)
+    def on_disconnect(self, identity: bytes) -> None:
+        """The connection dropped: its decode released its pages, so its waiting registrations
+        must never be written."""
+        self._peers.disconnected(identity)
+        for room, reg in list(self._registrations.items()):
+            if reg.identity == identity:
+                self._take_registration(room)
+                self._tombstones.add(room, "the decode's side-channel connection dropped")
 
-    def _on_register(self, msg: Register) -> None:
-        tomb = self._tombstones.get(msg.room)
+    def _refuse(self, identity: bytes, room: int, why: str) -> None:
+        self._throttle.warn("register", "KV side channel: refused a registration of room %s: %s",
+                            room, why)
+        self._server.send(identity, Abort(room, self._nixl.name, why))
+
+    def _on_register(self, identity: bytes, peer: Peer, msg: Register) -> None:
+        tomb = self._tombstones.message(msg.room)
         if tomb is not None:
-            self._send(msg.agent_name, Abort(msg.room, self._nixl.name, tomb[1]))
+            self._server.send(identity, Abort(msg.room, self._nixl.name, tomb))
             return
-        reg = _Registration(msg.agent_name, list(msg.runs), time.monotonic())
+        try:
+            self._peers.check_runs(peer, list(msg.runs), msg.room)
+        except ValueError as exc:
+            self._refuse(identity, msg.room, str(exc))
+            return
         r = self._rooms.get(msg.room)
-        if r is None:
-            self._registrations[msg.room] = reg
-        elif r.reg is None:
+        other = self._registrations.get(msg.room) or (r.reg if r is not None else None)
+        if other is not None:
+            if other.identity != identity:  # the owner's own duplicate is harmless: ignored
+                self._refuse(identity, msg.room, "room already registered by another decode")
+            return
+        reg = Registration(identity, msg.agent_name, list(msg.runs), time.monotonic())
+        if r is not None:
             r.reg = reg
             self._start(r)
+        elif (self._pending.get(identity, 0) >= MAX_PENDING_PER_PEER
+              or len(self._registrations) >= MAX_PENDING):
+            self._refuse(identity, msg.room, "too many registrations waiting for this prefill")
         else:
-            logger.warning("room %s: duplicate decode registration ignored", msg.room)
+            self._registrations[msg.room] = reg
+            self._pending[identity] = self._pending.get(identity, 0) + 1
 
-    def _on_decode_abort(self, msg: Abort) -> None:
+    def _on_decode_abort(self, identity: bytes, msg: Abort) -> None:
         message = f"aborted by decode: {msg.message}"
         r = self._rooms.get(msg.room)
-        if r is None:
-            # Not started here (or already finished): remember, so a later add_prefill fails fast.
-            self._registrations.pop(msg.room, None)
-            self._tombstones[msg.room] = (time.monotonic() + self._horizon, message)
-            self._send(msg.agent_name, AbortAck(msg.room, self._nixl.name))
-        else:
-            r.ack_to = msg.agent_name
-            if r.handle is not None:
-                r.abort_message = message
-            else:
+        reg = self._registrations.get(msg.room)
+        if r is not None and r.reg is not None and r.reg.identity == identity:
+            r.ack_to = identity
+            if r.handle is None:
                 self._finish_failed(r, message, tell_decode=False)
-
-    # --- transfers ----------------------------------------------------------------------------
-    def _start(self, r: _Room) -> None:
-        reg = r.reg
-        try:
-            src, dst = pair_runs(r.runs, reg.runs)
-            notif = encode(KVNotif(room=r.room, first_token=r.first_token))
-            r.handle, state = self._nixl.write(reg.agent, src, dst, notif)
-        except (ValueError, *self._nixl.errors) as exc:
-            logger.warning("room %s (rid %s): KV WRITE not started: %s", r.room, r.rid, exc)
-            self._finish_failed(r, f"KV transfer to decode failed: {exc}", tell_decode=True)
-            return
-        r.started = time.monotonic()
-        logger.debug("room %s: WRITE of %d runs posted (%s)", r.room, len(src), state)
-        self._settle(r, state)
-
-    def progress(self, now: float) -> None:
-        for r in list(self._rooms.values()):
-            if r.handle is not None:
-                self._settle(r, self._nixl.state(r.handle))
-                if r.handle is not None and now - r.started > self._transfer_timeout:
-                    self._drop_handle(r)
-                    self._finish_failed(
-                        r, f"timed out writing KV to decode after {self._transfer_timeout:g} s",
-                        tell_decode=True)
-            elif r.reg is None and now - r.created > self._bootstrap_timeout:
-                self._finish_failed(
-                    r, f"timed out waiting for decode to register room {r.room} "
-                       f"after {self._bootstrap_timeout:g} s", tell_decode=False)
-        self._zombies = [h for h in self._zombies if not self._nixl.release(h)]
-        self._expire(now)
-
-    def _settle(self, r: _Room, state: str) -> None:
-        if state == "PROC":
-            return
-        self._drop_handle(r)
-        if r.abort_message is not None:
-            self._finish_failed(r, r.abort_message, tell_decode=r.ack_to is None)
-        elif state == "DONE":
-            del self._rooms[r.room]
-            logger.debug("room %s (rid %s): KV WRITE done", r.room, r.rid)
-            self._emit(TransferDone(r.room))
+                return
+            r.abort_message = r.abort_message or message
+            # Tell decode a WRITE is in flight: keep the pages past its grace, until our ack.
+            self._server.send(identity, Holding(msg.room, self._nixl.name))
+        elif reg is not None and reg.identity == identity:
+            # Not started here: remember, so a later add_prefill fails fast.
+            self._take_registration(msg.room)
+            self._tombstones.add(msg.room, message)
+            self._server.send(identity, AbortAck(msg.room, self._nixl.name))
+        elif reg is None and (r is None or r.reg is None):
+            # Nobody registered it here (or it already finished): nothing to stop.
+            self._server.send(identity, AbortAck(msg.room, self._nixl.name))
         else:
-            self._finish_failed(r, "KV transfer to decode failed (NIXL error)", tell_decode=True)
-
-    def _drop_handle(self, r: _Room) -> None:
-        if not self._nixl.release(r.handle):
-            self._zombies.append(r.handle)
-        r.handle = None
-
-    def _finish_failed(self, r: _Room, message: str, tell_decode: bool) -> None:
-        """End a room with no WRITE in flight: tell decode, remember it, report it."""
-        self._rooms.pop(r.room, None)
-        if r.ack_to is not None:
-            self._send(r.ack_to, AbortAck(r.room, self._nixl.name))
-        elif tell_decode and r.reg is not None:
-            self._send(r.reg.agent, Abort(r.room, self._nixl.name, message))
-        self._tombstones[r.room] = (time.monotonic() + self._horizon, message)
-        logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
-        self._emit(TransferFailed(r.room, message))
-
-    def _send(self, agent: str, msg) -> None:
-        identity = self._identities.get(agent)
-        if identity is not None:
-            self._server.send(identity, msg)
+            self._throttle.warn("abort", "KV side channel: refused an abort of room %s from a "
+                                "connection that did not register it", msg.room)
 
     def _expire(self, now: float) -> None:
-        for room in [k for k, (until, _) in self._tombstones.items() if until < now]:
-            del self._tombstones[room]
+        super()._expire(now)
         for room in [k for k, g in self._registrations.items() if now - g.arrived > self._horizon]:
             logger.info("room %s: dropped a decode registration the prefill never started", room)
-            del self._registrations[room]
+            self._take_registration(room)
 
-    def close(self) -> None:
-        for r in self._rooms.values():
-            if r.handle is not None:
-                self._drop_handle(r)
-        self._rooms.clear()
-        for h in self._zombies:
-            self._nixl.release(h)
-        self._zombies.clear()
+    def _take_registration(self, room: int) -> Registration | None:
+        reg = self._registrations.pop(room, None)
+        if reg is not None:
+            left = self._pending.pop(reg.identity) - 1
+            if left:
+                self._pending[reg.identity] = left
+        return reg

@@ -29,6 +29,7 @@ raise ValueError at the call; ``bootstrap_port`` None or 0 binds a free port (``
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -38,7 +39,9 @@ import uuid
 import torch
 import zmq
 
-from components.engine.kv_transport.bootstrap import BootstrapClient, BootstrapServer
+from components.engine.kv_transport.auth import sign_hello
+from components.engine.kv_transport.bootstrap import BootstrapServer
+from components.engine.kv_transport.bootstrap_client import BootstrapClient
 from components.engine.kv_transport.decode_side import DecodeSide
 from components.engine.kv_transport.events import (
     Event,
@@ -48,6 +51,8 @@ from components.engine.kv_transport.events import (
     TransferFailed,
 )
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
+from components.engine.kv_transport.peering import Peering
+from components.engine.kv_transport.peers import Throttle
 from components.engine.kv_transport.prefill_side import PrefillSide
 from components.engine.kv_transport.runs import Run
 from protocol.kv_side_channel import Hello
@@ -66,7 +71,7 @@ _MIN_SLICE_S, _MAX_SLICE_S = 0.001, 0.005
 class KVTransport:
     def __init__(self, pool: torch.Tensor, role: str, host: str, bootstrap_port: int | None,
                  bootstrap_timeout: float, transfer_timeout: float,
-                 agent_name: str | None = None) -> None:
+                 agent_name: str | None = None, peering: Peering | None = None) -> None:
         if role not in ROLES:
             raise ValueError(f"KV transport role must be one of {ROLES}, got {role!r}")
         for name, value in (("bootstrap_timeout", bootstrap_timeout),
@@ -79,6 +84,8 @@ class KVTransport:
         self._events: list[Event] = []
         self._closed = False
         name = agent_name or f"{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        peering = peering or Peering()
+        throttle = Throttle()
         self._nixl = NixlEndpoint(name, pool)
         self._ctx = zmq.Context()
         self._poller = zmq.Poller()
@@ -86,15 +93,21 @@ class KVTransport:
         self._client: BootstrapClient | None = None
         try:
             if role == "prefill":
-                self._server = BootstrapServer(self._ctx, host, bootstrap_port)
+                self._server = BootstrapServer(self._ctx, host, bootstrap_port, throttle)
                 self._poller.register(self._server.socket, zmq.POLLIN)
+                self._poller.register(self._server.monitor, zmq.POLLIN)
                 self._side = PrefillSide(self._nixl, self._server, float(bootstrap_timeout),
-                                         float(transfer_timeout), self._events.append)
+                                         float(transfer_timeout), self._events.append,
+                                         peering.layout, peering.secret, throttle)
+                _warn_if_exposed(host, peering)
             else:
-                hello = Hello(agent_name=name, agent_metadata=self._nixl.metadata)
-                self._client = BootstrapClient(self._ctx, self._poller, hello)
+                hello = Hello(agent_name=name, agent_metadata=self._nixl.metadata,
+                              pool_base=self._nixl.base, pool_bytes=self._nixl.nbytes,
+                              layout=peering.layout)
+                self._client = BootstrapClient(self._ctx, self._poller,
+                                               lambda: sign_hello(peering.secret, hello), throttle)
                 self._side = DecodeSide(self._nixl, self._client, float(transfer_timeout),
-                                        self._events.append)
+                                        self._events.append, peering.secret, throttle)
         except BaseException:
             self.close()
             raise
@@ -106,6 +119,11 @@ class KVTransport:
     @property
     def bootstrap_port(self) -> int | None:
         return self._server.port if self._server is not None else None
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Prefill: sizes of the tables peers can grow (all capped); decode: empty."""
+        return dict(getattr(self._side, "counters", {}))
 
     @property
     def busy(self) -> bool:
@@ -183,11 +201,24 @@ class KVTransport:
         if not ready:
             return
         if self._server is not None:
-            for identity, msg in self._server.recv_all():
+            messages, dropped = self._server.recv_all()
+            for identity, msg in messages:
                 self._side.on_message(identity, msg)
+            for identity in dropped:
+                self._side.on_disconnect(identity)
         else:
             messages, dropped = self._client.recv_all()
             for endpoint, msg in messages:
                 self._side.on_message(endpoint, msg)
             for endpoint in dropped:
                 self._side.on_disconnect(endpoint)
+
+
+def _warn_if_exposed(host: str, peering: Peering) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not peering.secret:
+        logger.warning("KV bootstrap server listens on %s without a side-channel secret: any "
+                       "host that reaches it can register as a decode peer", host)
