@@ -64,7 +64,9 @@ class KVLayout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 f"kv_heads={self.num_kv_heads} head_dim={self.head_dim} page={self.page_size}")
 
 
-class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True):
+class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True,
+            omit_defaults=True):
+    # omit_defaults: a Hello without pool, layout or secret reads the same as before they existed
     agent_name: AgentName
     agent_metadata: Metadata
     pool_base: Address = 0  # the decode's registered KV pool: Register runs must lie inside
