@@ -130,11 +130,24 @@ class PrefillSide(PrefillWrites):
             r.reg = reg
             self._start(r)
         elif (self._pending.get(identity, 0) >= MAX_PENDING_PER_PEER
-              or len(self._registrations) >= MAX_PENDING):
+              or len(self._registrations) >= MAX_PENDING and not self._evict_for(identity)):
             self._refuse(identity, msg.room, "too many registrations waiting for this prefill")
         else:
             self._registrations[msg.room] = reg
             self._pending[identity] = self._pending.get(identity, 0) + 1
+
+    def _evict_for(self, identity: bytes) -> bool:
+        """All registrations are taken: free one of the peer holding the most, if that is not
+        ``identity`` (so peers that flood cannot lock out one that does not)."""
+        heaviest = max(self._pending, key=self._pending.__getitem__)
+        if self._pending[heaviest] <= self._pending.get(identity, 0) + 1:
+            return False
+        room = next(k for k, g in self._registrations.items() if g.identity == heaviest)
+        self._take_registration(room)
+        why = "evicted: too many registrations waiting for this prefill"
+        self._tombstones.add(room, why)
+        self._refuse(heaviest, room, why)
+        return True
 
     def _on_decode_abort(self, identity: bytes, msg: Abort) -> None:
         message = f"aborted by decode: {msg.message}"
