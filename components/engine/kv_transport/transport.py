@@ -11,6 +11,18 @@ Created, used and closed on the engine thread only; nothing here blocks longer t
 - decode's ``poll`` sees the notification: ``KVArrived``; prefill's ``poll`` sees DONE:
   ``TransferDone``.
 
+Who may speak (``peers.py``, ``auth.py``): the prefill binds each decode agent name to the ZMQ
+connection whose Hello introduced it (until that connection drops) and answers ``Welcome`` with
+its own agent name, or ``Refused`` with a reason. Only that connection may register rooms for
+the name, only inside the pool its Hello declared, and only the connection that registered a
+room may abort it. Decode accepts a room's NIXL notification only from the agent named in the
+Welcome of the room's connection. The Hello carries the caller's ``KVLayout`` (``Peering``):
+unequal layouts are refused, so decode's rooms fail naming both. With a shared secret every
+Hello (and Welcome) carries an HMAC; without one (the default) peers are not authenticated,
+which is fine only while the bootstrap server is reachable from trusted hosts alone (a WARNING
+says so when it binds beyond loopback). Frames over ``MAX_MESSAGE_BYTES`` are dropped before
+decoding; every per-peer table is capped (``counters`` shows their sizes).
+
 When the engine may free pages (the contract):
 
 - **prefill**: each ``add_prefill`` room ends with exactly one ``TransferDone`` or
@@ -21,10 +33,15 @@ When the engine may free pages (the contract):
   which follows every ``TransferFailed`` and every ``abort(room)`` of a room still pending
   (the prefill acknowledged the abort, aborted itself, its connection dropped, it never
   connected, or ``transfer_timeout`` passed). ``abort`` emits no ``TransferFailed``.
+- **both**: a WRITE that timed out but that NIXL will not release may still land. The prefill
+  keeps the room (no ``TransferFailed``) and tells decode ``Holding``, so decode's
+  ``RoomReleased`` waits for the prefill's ``Abort``/``AbortAck``; both give up after
+  ``HOLD_BACKSTOP_FACTOR * transfer_timeout`` with an ERROR.
 
 Interface notes (changes to the task's sketch): source and destination runs need only the same
 total size, not the same count (see runs.py); invalid local runs or a duplicate room
-raise ValueError at the call; ``bootstrap_port`` None or 0 binds a free port (``.bootstrap_port``).
+raise ValueError at the call; ``bootstrap_port`` None or 0 binds a free port (``.bootstrap_port``);
+``peering`` (layout and secret) defaults to none of either, for tests and benchmarks.
 """
 
 from __future__ import annotations
