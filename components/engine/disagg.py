@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.kv_pool import KVPool, PageRun
 from components.engine.kv_transport import (
-    KVArrived, KVTransport, RoomReleased, TransferDone, TransferFailed,
+    KVArrived, KVTransport, RoomReleased, TransferDone, TransferFailed, engine_peering,
 )
 from components.engine.request_checks import InvalidRequest
 from components.engine.sequence import Sequence, Status
@@ -87,7 +87,7 @@ class DisaggCoordinator:
         self._vocab_size = vocab_size
         self.transport = KVTransport(pool.tensor, self.role, cfg.host,
                                      cfg.disaggregation_bootstrap_port, cfg.bootstrap_timeout,
-                                     cfg.transfer_timeout)
+                                     cfg.transfer_timeout, peering=engine_peering(cfg, pool))
         self._claimed: dict[int, Sequence] = {}  # room -> its live request, from admission on
         self._rooms: dict[int, _Room] = {}  # rooms handed to the transport
         # room -> (pages a peer may still write (decode) or read (prefill), backstop deadline)

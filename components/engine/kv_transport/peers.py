@@ -97,12 +97,12 @@ class PeerTable:
         return sign_welcome(self._secret, msg.nonce, self._nixl.name)
 
     def _refusal(self, identity: bytes, msg: Hello, busy: set[str]) -> str | None:
+        why = self._auth.check(msg, time.time())  # first: tell a stranger nothing else
+        if why is not None:
+            return why
         if msg.layout != self._layout:
             return (f"KV layout mismatch: prefill has {_describe(self._layout)}, "
                     f"decode has {_describe(msg.layout)}")
-        why = self._auth.check(msg, time.time())
-        if why is not None:
-            return why
         bound = self._by_identity.get(identity)
         if bound is not None and bound != msg.agent_name:
             return f"this connection already speaks for agent {bound!r}"
