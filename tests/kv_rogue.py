@@ -59,7 +59,8 @@ class RogueAgent:
         self.name = name
 
     def hello(self, name: str | None = None) -> Hello:
-        fields = {"agent_name": name or self.name, "agent_metadata": self.agent.get_agent_metadata(),
+        fields = {"agent_name": name or self.name,
+                  "agent_metadata": self.agent.get_agent_metadata(),
                   "pool_base": self.pool.data_ptr(), "pool_bytes": self.pool.numel() * 4}
         # The same tests run against the protocol before Hello declared a pool (to show they
         # fail there): only the fields this Hello has.
