@@ -1,5 +1,8 @@
 """Where decode's engine meets prefill's: the prefill engine's bootstrap server plus a room."""
 
+import ipaddress
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
@@ -7,6 +10,27 @@ from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 # SGLang's FAKE_BOOTSTRAP_HOST: a request with it moves no KV (health checks, warm-up); each
 # engine completes it alone, with any room (0 included).
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+
+# One DNS label (RFC 1123): letters, digits and inner hyphens, at most 63 characters.
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def host_problem(host: object) -> str | None:
+    """Why ``host`` cannot be dialled as a bootstrap server (None: a host name or a unicast
+    address). Wildcards and ZMQ's ``*`` bind-everywhere spelling are refused: they name no
+    peer, and ZMQ raises on them inside ``connect``."""
+    if not isinstance(host, str) or not host:
+        return f"bootstrap_host must be a non-empty host name or address, got {host!r}"
+    try:
+        addr = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        labels = host.rstrip(".").split(".")
+        if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+            return f"bootstrap_host {host[:100]!r} is not a host name or an IP address"
+        return None
+    if addr.is_unspecified or addr.is_multicast:
+        return f"bootstrap_host {host!r} is not an address a decode engine can connect to"
+    return None
 
 
 class BootstrapInfo(BaseModel):

@@ -134,7 +134,11 @@ class BootstrapClient:
         """Queue ``msg`` to ``endpoint`` (connects and says hello first if needed)."""
         peer = self._peers.get(endpoint)
         if peer is None:
-            peer = _Peer(self._ctx, endpoint)
+            try:
+                peer = _Peer(self._ctx, endpoint)
+            except zmq.ZMQError as exc:  # an address ZMQ cannot dial: this room fails alone
+                logger.warning("KV side channel: cannot connect to %s:%s: %s", *endpoint, exc)
+                return False
             self._peers[endpoint] = peer
             self._poller.register(peer.socket, zmq.POLLIN)
             self._poller.register(peer.monitor, zmq.POLLIN)

@@ -123,6 +123,12 @@ class KVTransport:
         self._require("decode", "add_decode")
         self._side.add_decode(int(room), bootstrap_host, int(bootstrap_port), runs, rid)
 
+    def abort_unregistered(self, room: int, bootstrap_host: str, bootstrap_port: int,
+                           message: str = "Aborted") -> None:
+        """Decode: the engine gave ``room`` up before ``add_decode``; the prefill stops it."""
+        self._require("decode", "abort_unregistered")
+        self._side.abort_unregistered(int(room), bootstrap_host, int(bootstrap_port), message)
+
     def abort(self, room: int, message: str = "Aborted") -> None:
         if not self._closed:
             self._side.abort(int(room), message)
