@@ -103,7 +103,7 @@ TTFT = """\
 engine (baseline) against a prefill engine in another process plus a decode engine in this one,
 which meet through the prefill's bootstrap server and move the KV with NIXL exactly as the
 workers do. The disaggregated TTFT is split with the engines' own timing records
-(`benchmarks/engine_timing.py`): **compute** = the prefill forward; **transfer** = end of that
+(`harness/engine_timing.py`): **compute** = the prefill forward; **transfer** = end of that
 forward to KV WRITE complete (decode registered its pages during the forward); **hand-off** =
 everything else (dispatch to the prefill engine, the completion notification, decode adopting the
 request and emitting its first token). The aggregated TTFT is split into the same compute and the
