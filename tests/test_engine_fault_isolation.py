@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from components.engine.engine import CpuEngine
 from tests.engine_helpers import drain, random_prompt, wait_until
-from tests.engine_proc import EngineProcess
+from harness.engine_proc import EngineProcess
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 

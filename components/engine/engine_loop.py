@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,9 +173,17 @@ class EngineLoop:
 
     def _step(self) -> None:
         batch = self._sched.schedule()
-        if batch:
-            logits = self._runner.forward(batch)
-            self._sched.update(self._sched.processor.postprocess(batch, logits))
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        logits = self._runner.forward(batch)
+        if batch.prefill and logger.isEnabledFor(logging.DEBUG):
+            ms = (time.perf_counter() - t0) * 1e3  # benchmarks read these records
+            for chunk in batch.prefill:
+                if chunk.completes_prompt:
+                    logger.debug("prefill rid=%s %d tokens in %.1f ms", chunk.seq.rid,
+                                 chunk.seq.prompt_len, ms)
+        self._sched.update(self._sched.processor.postprocess(batch, logits))
 
     def _drain(self, timeout: float | None) -> bool:
         """Apply queued commands; block up to ``timeout`` for the first. False on stop."""
