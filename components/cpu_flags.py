@@ -24,6 +24,8 @@ _OPTIONAL = {
     "max_total_tokens": "max_total_tokens",
     "random_seed": "random_seed",
     "stream_interval": "stream_interval",
+    "max_prefill_tokens": "max_prefill_tokens",
+    "chunked_prefill_size": "chunked_prefill_size",
     "cpu_num_threads": "num_threads",
     "cpu_bootstrap_timeout": "bootstrap_timeout",
     "cpu_transfer_timeout": "transfer_timeout",
@@ -49,6 +51,12 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=sorted(_DTYPES), default="auto")
     g.add_argument("--random-seed", type=int, default=None)
     g.add_argument("--stream-interval", type=int, default=None)
+    g.add_argument("--max-prefill-tokens", type=int, default=None,
+                   help="prompt tokens forwarded per prefill step")
+    g.add_argument("--chunked-prefill-size", type=int, default=None,
+                   help="forward long prompts in chunks of this many tokens (-1: off)")
+    g.add_argument("--enable-mixed-chunk", action="store_true",
+                   help="run prefill chunks and the running rows' decode in one forward")
     g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
                    default=1, help="the CPU engine runs one rank: only 1")
     g.add_argument("--trust-remote-code", action="store_true",
@@ -78,6 +86,8 @@ def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     }
     if _DTYPES[ns.dtype] is not None:
         kwargs["dtype"] = _DTYPES[ns.dtype]
+    if ns.enable_mixed_chunk:
+        kwargs["enable_mixed_chunk"] = True
     for attr, field in _OPTIONAL.items():
         value = getattr(ns, attr)
         if value is not None:

@@ -54,6 +54,9 @@ class EngineConfig:
     # SGLang's chunked prefill: a longer prompt is forwarded in pieces of at most this many
     # tokens, with decode steps of the running batch between them. None or -1: off.
     chunked_prefill_size: int | None = None
+    # SGLang's mixed chunked prefill: a step forwards the prefill chunks and the running rows'
+    # decode tokens together, so a long prompt delays running rows by one chunk at most.
+    enable_mixed_chunk: bool = False
     log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
     #                               configures logging
 
@@ -91,6 +94,8 @@ class EngineConfig:
             object.__setattr__(self, "chunked_prefill_size", None)
         if self.chunked_prefill_size is not None:
             _require_int_range("chunked_prefill_size", self.chunked_prefill_size, 1, 1 << 31)
+        if not isinstance(self.enable_mixed_chunk, bool):
+            raise ValueError(f"enable_mixed_chunk must be a boolean, got {self.enable_mixed_chunk!r}")
         if self.context_length is not None:
             _require_int_range("context_length", self.context_length, 2, 1 << 31)
         for name in ("bootstrap_timeout", "transfer_timeout"):

@@ -139,7 +139,7 @@ class EngineLoop:
         if mode != DisaggregationMode.NULL:
             disagg = DisaggCoordinator(cfg, pool, runner.vocab_size)
         sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
-                                    cfg.chunked_prefill_size)
+                                    cfg.chunked_prefill_size, cfg.enable_mixed_chunk)
         limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)
         self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg)
         port = disagg.bootstrap_port if disagg is not None else None

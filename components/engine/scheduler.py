@@ -4,7 +4,8 @@ One engine step is ``schedule() -> runner.forward(batch) -> processor.postproces
 -> update(batch, outcomes)``. ``schedule`` admits waiting requests (FIFO) within the running
 and prefill-token budgets, allocates their pages and returns either a prefill batch (several
 prompts, or chunks of one, in one forward) or a decode batch (every running row). Running rows
-get a decode step between two prefill steps, so admissions never starve them.
+get a decode step between two prefill steps, so admissions never starve them. With SGLang's
+``enable_mixed_chunk`` the prefill chunks and the decode rows share one forward instead.
 
 Disaggregation (prefill or decode mode) is behind ``DisaggCoordinator``, called at four points:
 ``check_new``/``admit`` on admission, ``after_prefill``, ``on_finish``, and ``poll``. Its calls
@@ -38,6 +39,7 @@ class SchedulerConfig:
     max_running_requests: int
     max_prefill_tokens: int
     chunked_prefill_size: int | None  # None: a prompt is always prefilled whole
+    enable_mixed_chunk: bool = False  # prefill chunks ride in the running rows' decode forward
 
 
 class Scheduler:
@@ -91,14 +93,16 @@ class Scheduler:
 
     # ---- schedule ---------------------------------------------------------------------------
     def schedule(self) -> Batch:
-        if self.running and self._decode_due:
+        mixed = self.cfg.enable_mixed_chunk
+        if self.running and self._decode_due and not mixed:
             self._decode_due = False
             return Batch(decode=list(self.running))
         batch = Batch(prefill=self._prefill_chunks())
-        if batch.prefill:
+        if batch.prefill and not mixed:
             self._decode_due = True
             return batch
-        return Batch(decode=list(self.running))
+        batch.decode = list(self.running)  # rows admitted above join once prefilled
+        return batch
 
     def _prefill_chunks(self) -> list[PrefillChunk]:
         chunks: list[PrefillChunk] = []
