@@ -9,7 +9,13 @@ but the CPU engine cannot honour are accepted only with their neutral value, and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
+
+from components.engine.config import DISAGG_MODES, TRANSFER_BACKENDS, EngineConfig
+
+# EngineConfig is the one home of the engine's defaults; flags show and pass the same values.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
 # SGLang --dtype spellings -> torch dtype names the CPU engine takes; "auto" = engine default.
 _DTYPES = {"auto": None, "float": "float32", "float32": "float32", "half": "float16",
@@ -39,11 +45,14 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--served-model-name", default=None)
     g.add_argument("--skip-tokenizer-init", action="store_true",
                    help="token-in/token-out: the frontend tokenizes (ModelInput.Tokens)")
-    g.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null")
-    g.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    g.add_argument("--disaggregation-transfer-backend", choices=["nixl"], default="nixl",
+    g.add_argument("--disaggregation-mode", choices=DISAGG_MODES,
+                   default=str(_DEFAULTS["disaggregation_mode"]))
+    g.add_argument("--disaggregation-bootstrap-port", type=int,
+                   default=_DEFAULTS["disaggregation_bootstrap_port"])
+    g.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS,
+                   default=_DEFAULTS["disaggregation_transfer_backend"],
                    help="the CPU engine moves KV with NIXL only")
-    g.add_argument("--host", default="127.0.0.1", help="bind address of the bootstrap server")
+    g.add_argument("--host", default=_DEFAULTS["host"], help="bind address of the bootstrap server")
     g.add_argument("--page-size", type=int, default=None)
     g.add_argument("--context-length", type=int, default=None)
     g.add_argument("--max-running-requests", type=int, default=None)

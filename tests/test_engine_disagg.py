@@ -7,7 +7,6 @@ leaves both KV pools empty.
 """
 
 import asyncio
-import random
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from transformers import AutoTokenizer
 from components.engine.engine import CpuEngine
 from harness.child import cpu_seconds
 from harness.engine_proc import EngineProcess
-from tests.engine_helpers import drain, random_prompt, wait_until
+from tests.engine_helpers import boot, drain, random_prompt, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -48,12 +47,6 @@ def agg(tiny_model_path):
     eng = CpuEngine(model_path=tiny_model_path)
     yield eng
     eng.shutdown()
-
-
-def boot(prefill_proc) -> dict:
-    return {"bootstrap_host": "127.0.0.1",
-            "bootstrap_port": prefill_proc.server_args["disaggregation_bootstrap_port"],
-            "bootstrap_room": random.randrange(1, 2**63)}
 
 
 async def pair(prefill, decode, ids, params, stream=False):

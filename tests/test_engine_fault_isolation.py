@@ -4,14 +4,13 @@ host no one can dial is a 400 alone; a decode that rejects a request before regi
 room stops the prefill at once instead of leaving it to wait out its bootstrap timeout."""
 
 import asyncio
-import random
 import time
 
 import pytest
 import pytest_asyncio
 
 from components.engine.engine import CpuEngine
-from tests.engine_helpers import drain, random_prompt, wait_until
+from tests.engine_helpers import boot, drain, random_prompt, wait_until
 from harness.engine_proc import EngineProcess
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -36,13 +35,6 @@ def decode(tiny_model_path):
                     max_total_tokens=512, **TIMEOUTS)
     yield eng
     eng.shutdown()
-
-
-def boot(prefill, **override):
-    b = {"bootstrap_host": "127.0.0.1",
-         "bootstrap_port": prefill.server_args["disaggregation_bootstrap_port"],
-         "bootstrap_room": random.randrange(1, 2**63)}
-    return {**b, **override}
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

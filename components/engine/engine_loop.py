@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import AutoTokenizer
 
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.disagg import DisaggCoordinator
 from components.engine.kv_pool import KVPool
 from components.engine.loop_batcher import LoopBatcher
-from components.engine.model_runner import TORCH_DTYPES, ModelRunner, read_model_shape
+from components.engine.model_facts import context_length, eos_token_ids, read_model_shape
+from components.engine.model_runner import TORCH_DTYPES, ModelRunner
 from components.engine.output_processor import OutputProcessor, finish_abort
 from components.engine.request_checks import Limits
 from components.engine.scheduler import Scheduler, SchedulerConfig
@@ -122,7 +123,7 @@ class EngineLoop:
         torch.set_num_threads(cfg.num_threads)
         torch.manual_seed(cfg.random_seed)
         shape = read_model_shape(cfg.model_path)
-        context = _context_length(cfg, shape.max_position_embeddings)
+        context = context_length(cfg.context_length, shape.max_position_embeddings)
         dtype = TORCH_DTYPES[cfg.dtype]
         token_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
         self._pool = pool = KVPool(shape.num_layers, shape.num_kv_heads, shape.head_dim,
@@ -131,7 +132,7 @@ class EngineLoop:
         tokenizer = None
         if not cfg.skip_tokenizer_init:  # the engine thread's own copy (never shared)
             tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        eos = _eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
+        eos = eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
         mode = cfg.disaggregation_mode
         processor = OutputProcessor(tokenizer, eos, runner.vocab_size, cfg.stream_interval,
                                     cfg.random_seed, mode == DisaggregationMode.PREFILL)
@@ -224,38 +225,3 @@ class EngineLoop:
             self._sched.close()
             self._batcher.flush()
         logger.info("CPU engine thread stopped")
-
-
-def _context_length(cfg: EngineConfig, model_max: int | None) -> int:
-    if cfg.context_length is None:
-        if model_max is None:
-            raise ValueError("the model config has no max_position_embeddings; set context_length")
-        return model_max
-    if model_max is not None and cfg.context_length > model_max:
-        raise ValueError(
-            f"context_length={cfg.context_length} exceeds the model's "
-            f"max_position_embeddings={model_max}"
-        )
-    return cfg.context_length
-
-
-def _eos_token_ids(model_path: str, model_config: Any, tokenizer: Any) -> frozenset[int]:
-    """EOS ids from generation_config.json, the model config and the tokenizer (as SGLang)."""
-    ids: set[int] = set()
-    try:
-        gen = GenerationConfig.from_pretrained(model_path)
-        ids |= _as_set(gen.eos_token_id)
-    except OSError:
-        logger.info("no generation_config.json in %s", model_path)
-    ids |= _as_set(getattr(model_config, "eos_token_id", None))
-    if tokenizer is not None:
-        ids |= _as_set(tokenizer.eos_token_id)
-    return frozenset(ids)
-
-
-def _as_set(value: Any) -> set[int]:
-    if value is None:
-        return set()
-    if isinstance(value, int):
-        return {value}
-    return {int(v) for v in value}

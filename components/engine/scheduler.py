@@ -79,7 +79,10 @@ class Scheduler:
         self.waiting.append(seq)
 
     def abort(self, rid: str, abort_all: bool = False) -> None:
-        targets = list(self.live.values()) if abort_all else [self.live[rid]] * (rid in self.live)
+        if abort_all:
+            targets = list(self.live.values())
+        else:
+            targets = [self.live[rid]] if rid in self.live else []
         for seq in targets:
             logger.info("abort rid=%s (%s)", seq.rid, seq.status.value)
             self.finish(seq, finish_abort("Aborted"))

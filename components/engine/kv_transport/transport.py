@@ -40,13 +40,7 @@ import zmq
 
 from components.engine.kv_transport.bootstrap import BootstrapClient, BootstrapServer
 from components.engine.kv_transport.decode_side import DecodeSide
-from components.engine.kv_transport.events import (
-    Event,
-    KVArrived,
-    RoomReleased,
-    TransferDone,
-    TransferFailed,
-)
+from components.engine.kv_transport.events import Event
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.prefill_side import PrefillSide
 from components.engine.kv_transport.runs import Run
