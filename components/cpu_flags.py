@@ -66,6 +66,8 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help="forward long prompts in chunks of this many tokens (-1: off)")
     g.add_argument("--enable-mixed-chunk", action="store_true",
                    help="run prefill chunks and the running rows' decode in one forward")
+    g.add_argument("--disable-radix-cache", action="store_true",
+                   help="do not keep finished requests' KV to serve repeated prefixes")
     g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
                    default=1, help="the CPU engine runs one rank: only 1")
     g.add_argument("--trust-remote-code", action="store_true",
@@ -95,8 +97,9 @@ def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     }
     if _DTYPES[ns.dtype] is not None:
         kwargs["dtype"] = _DTYPES[ns.dtype]
-    if ns.enable_mixed_chunk:
-        kwargs["enable_mixed_chunk"] = True
+    for flag in ("enable_mixed_chunk", "disable_radix_cache"):
+        if getattr(ns, flag):
+            kwargs[flag] = True
     for attr, field in _OPTIONAL.items():
         value = getattr(ns, attr)
         if value is not None:

@@ -57,6 +57,8 @@ class EngineConfig:
     # SGLang's mixed chunked prefill: a step forwards the prefill chunks and the running rows'
     # decode tokens together, so a long prompt delays running rows by one chunk at most.
     enable_mixed_chunk: bool = False
+    # SGLang's radix cache is on by default; this flag turns the prefix cache off.
+    disable_radix_cache: bool = False
     log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
     #                               configures logging
 
@@ -94,8 +96,9 @@ class EngineConfig:
             object.__setattr__(self, "chunked_prefill_size", None)
         if self.chunked_prefill_size is not None:
             _require_int_range("chunked_prefill_size", self.chunked_prefill_size, 1, 1 << 31)
-        if not isinstance(self.enable_mixed_chunk, bool):
-            raise ValueError(f"enable_mixed_chunk must be a boolean, got {self.enable_mixed_chunk!r}")
+        for name in ("enable_mixed_chunk", "disable_radix_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
         if self.context_length is not None:
             _require_int_range("context_length", self.context_length, 2, 1 << 31)
         for name in ("bootstrap_timeout", "transfer_timeout"):

@@ -28,6 +28,7 @@ from components.engine.loop_batcher import LoopBatcher
 from components.engine.model_facts import context_length, eos_token_ids, read_model_shape
 from components.engine.model_runner import TORCH_DTYPES, ModelRunner
 from components.engine.output_processor import OutputProcessor, finish_abort
+from components.engine.prefix_cache import PrefixCache
 from components.engine.request_checks import Limits
 from components.engine.scheduler import Scheduler, SchedulerConfig
 from components.engine.sequence import Sequence
@@ -97,8 +98,15 @@ class EngineLoop:
                 logger.error("CPU engine thread did not stop within %.0f s", timeout)
 
     def pages_in_use(self) -> int:
-        pool = self._pool
-        return pool.pages_in_use if pool is not None else 0
+        """Pages held by requests (and by a peer's transfer), not by the prefix cache."""
+        pool, sched = self._pool, self._sched
+        if pool is None or sched is None:
+            return 0
+        return pool.pages_in_use - (sched.cache.pages if sched.cache is not None else 0)
+
+    def cached_pages(self) -> int:
+        sched = self._sched
+        return sched.cache.pages if sched is not None and sched.cache is not None else 0
 
     # ---- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -142,7 +150,10 @@ class EngineLoop:
         sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
                                     cfg.chunked_prefill_size, cfg.enable_mixed_chunk)
         limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)
-        self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg)
+        cache = None
+        if not cfg.disable_radix_cache and mode != DisaggregationMode.DECODE:
+            cache = PrefixCache(pool)  # decode engines receive every page from the prefill
+        self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg, cache)
         port = disagg.bootstrap_port if disagg is not None else None
         self.info = EngineInfo(runner.vocab_size, context, pool.num_pages, cfg.page_size,
                                pool.num_tokens, eos, port)

@@ -147,7 +147,7 @@ def build_chunk(seq: Sequence, with_text: bool, output_ids: list[int], text: str
         "finish_reason": seq.finish_reason,
         "prompt_tokens": seq.prompt_len,
         "completion_tokens": len(seq.output_ids),
-        "cached_tokens": 0,
+        "cached_tokens": seq.cached_tokens,
     }
     if seq.finish_reason is not None:
         meta["e2e_latency"] = time.perf_counter() - seq.created_at

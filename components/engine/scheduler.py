@@ -26,6 +26,7 @@ from components.engine.kv_pool import KVPool, PageRun
 from components.engine.output_processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
 )
+from components.engine.prefix_cache import PrefixCache
 from components.engine.request_checks import (
     InvalidRequest, Limits, check_bootstrap, check_input_ids, plan_budget, tokenize_prompt,
 )
@@ -45,13 +46,14 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, limits: Limits, pool: KVPool,
                  processor: OutputProcessor, tokenizer: Any,
-                 disagg: DisaggCoordinator | None) -> None:
+                 disagg: DisaggCoordinator | None, cache: PrefixCache | None = None) -> None:
         self.cfg = cfg
         self.limits = limits
         self.pool = pool
         self.processor = processor
         self.tokenizer = tokenizer
         self.disagg = disagg
+        self.cache = cache
         self._mode = limits.disaggregation_mode
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -121,7 +123,7 @@ class Scheduler:
                 continue
             if chunks and (budget <= 0 or (seq.prompt_len > budget and not self._can_chunk())):
                 break  # the first prompt of a step always goes, however long
-            pages = self.pool.allocate(seq.reserve_tokens)
+            pages = self._allocate(seq.reserve_tokens)
             if pages is None:
                 self._stalled = True  # FIFO: wait until a finishing request frees pages
                 break
@@ -131,9 +133,18 @@ class Scheduler:
                 self._apply(self.disagg.admit(seq))  # the prefill engine computes the prompt
                 continue
             seq.status = Status.PREFILLING
+            if self.cache is not None:
+                seq.cached_tokens = seq.prefilled = self.cache.reuse(seq.input_ids, seq.start_tok)
             chunks.append(self._next_chunk(seq, budget))
             budget -= chunks[-1].end - chunks[-1].begin
         return chunks
+
+    def _allocate(self, tokens: int) -> PageRun | None:
+        pages = self.pool.allocate(tokens)
+        if pages is None and self.cache is not None and self.cache.pages:
+            self.cache.evict(self.pool.pages_for(tokens))  # cached prefixes yield to requests
+            pages = self.pool.allocate(tokens)
+        return pages
 
     def _can_chunk(self) -> bool:
         return self.cfg.chunked_prefill_size is not None
@@ -196,7 +207,7 @@ class Scheduler:
         if self.disagg is not None and self.disagg.on_finish(seq, prev):
             seq.pages = None  # a peer may still touch them: the coordinator frees them later
         if seq.pages is not None:
-            self._release(seq.pages)
+            self._release(self._keep_prefix(seq, reason))
             seq.pages = None
         self.live.pop(seq.rid, None)
         if prev is Status.WAITING:
@@ -209,8 +220,16 @@ class Scheduler:
             self._chunked = None
         self.processor.send_final(seq)
 
-    def _release(self, pages: PageRun) -> None:
-        self.pool.free(pages)
+    def _keep_prefix(self, seq: Sequence, reason: FinishReason) -> PageRun | None:
+        """The prefix cache keeps the whole pages of a request that ran to its end; -> the
+        pages to free."""
+        if self.cache is None or reason["type"] == "abort" or seq.prefilled < seq.prompt_len:
+            return seq.pages
+        return self.cache.insert((seq.input_ids + seq.output_ids)[:seq.kv_len], seq.pages)
+
+    def _release(self, pages: PageRun | None) -> None:
+        if pages is not None:
+            self.pool.free(pages)
         self._stalled = False
 
     def close(self) -> None:
