@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.e2e.client import chat, user
-from tests.e2e.stack import REPO, free_port, wait_until
+from harness.topology import REPO, free_port, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
