@@ -10,8 +10,8 @@ import subprocess
 import httpx
 import pytest
 
-from tests.e2e.client import chat, user
 from harness.topology import REPO, free_port, wait_until
+from tests.e2e.client import chat, user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
