@@ -7,14 +7,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from harness.topology import Stack, wait_until
 from tests.e2e.client import post, user
-from tests.e2e.conftest import DISAGG, PREFILL_WAIT_S, start_prefill, start_topology
-from tests.e2e.stack import Stack, wait_until
+from tests.topologies import DISAGG, PREFILL_WAIT_S, start_prefill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -22,11 +21,8 @@ REQUEST = {"model": DISAGG, "messages": user("hello"), "max_tokens": 4, "tempera
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, tiny_model_path) -> Iterator[Stack]:
-    stack = start_topology(tmp_path_factory.mktemp("failure"), tiny_model_path, True,
-                           with_agg=False)
-    yield stack
-    stack.stop()
+def stack(start_stack) -> Stack:
+    return start_stack("failure", skip_tokenizer_init=True, with_agg=False)
 
 
 def timed_post(url: str) -> tuple[httpx.Response, float]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.e2e.conftest import DISAGG, ENGINE_ARGS, PREFILL_WAIT_S, start_prefill, start_topology
-from tests.e2e.stack import Stack, wait_until
+from harness.topology import Stack, wait_until
+from tests.topologies import DISAGG, PREFILL_WAIT_S, start_decode, start_prefill
 
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "40"))
 SEED = int(os.environ.get("FUZZ_SEED", "7"))
@@ -81,17 +81,13 @@ def restart_workers(stack: Stack, rng: random.Random, until: float) -> None:
     start_prefill(stack, "prefill-b", skip_tokenizer_init=True)
     time.sleep(rng.uniform(0.1, 0.2) * SECONDS)
     assert stack.procs.pop("decode").stop(timeout=60) == 0
-    stack.start_worker("decode-b", "decode", DISAGG, *ENGINE_ARGS,
-                       "--prefill-wait-timeout", str(PREFILL_WAIT_S))
+    start_decode(stack, "decode-b", skip_tokenizer_init=True)
     stack.wait_ready(DISAGG)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, tiny_model_path):
-    stack = start_topology(tmp_path_factory.mktemp("soak"), tiny_model_path, True,
-                           with_agg=False)
-    yield stack
-    stack.stop()
+def stack(start_stack) -> Stack:
+    return start_stack("soak", skip_tokenizer_init=True, with_agg=False)
 
 
 def test_soak_with_aborts_and_restarts(stack):
