@@ -18,16 +18,22 @@ from harness.topology import Stack, free_port
 
 logger = logging.getLogger("bench_serving")
 # Worker name and --disaggregation-mode per process, after the frontend.
-WORKERS = {"agg": (("agg", "null"),), "disagg": (("prefill", "prefill"), ("decode", "decode"))}
+WORKERS = {"agg": (("agg", "null"),), "agg-chunked": (("agg", "null"),),
+           "disagg": (("prefill", "prefill"), ("decode", "decode"))}
+# SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
+CHUNKED_ARGS = ("--chunked-prefill-size", "256", "--enable-mixed-chunk")
+TOPOLOGIES = ("agg", "agg-chunked", "disagg")
 
 
 def spawn_topology(name: str, model_path: str, served: str, skip_tokenizer_init: bool) -> Stack:
-    """Start the processes of topology `name` ("agg" or "disagg"); not yet ready."""
+    """Start the processes of topology `name` (one of TOPOLOGIES); not yet ready."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     stack = Stack(run_dir, model_path, namespace=f"bench{name}")
     stack.start_frontend()
     for worker, mode in WORKERS[name]:
         extra = ["--disaggregation-bootstrap-port", str(free_port())] if mode == "prefill" else []
+        if name == "agg-chunked":
+            extra += CHUNKED_ARGS
         stack.start_worker(worker, mode, served, "--log-level", "warning", *extra,
                            skip_tokenizer_init=skip_tokenizer_init)
     return stack
@@ -48,7 +54,7 @@ class Arms:
     def start(self) -> None:
         # Spawn every topology first so their start-ups overlap, then wait for each.
         try:
-            for name in ("agg", "disagg"):
+            for name in TOPOLOGIES:
                 if name in self.args.arms:
                     self.topologies[name] = spawn_topology(
                         name, self.args.model_path, self.served, not self.args.text_mode)

@@ -80,6 +80,7 @@ def headline(name: str, data: dict) -> list[str]:
                 bits = [
                     f"output tok/s **{fmt(r.get('throughput_vs_engine'))}x** the engine's",
                     f"TTFT p50 {fmt(r.get('ttft_overhead_ms_vs_engine'), 1)} ms over it",
+                    f"ITL p99 / p50 {fmt(r.get('itl_p99_over_p50'), 1)}",
                 ]
                 if "throughput_vs_agg" in r:
                     bits.append(
