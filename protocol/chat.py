@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocol.limits import MAX_CHOICES, MAX_TOKENS_LIMIT
 from protocol.preprocessed import TokenId
+from protocol.sampling_rules import MinP, Penalty, RepetitionPenalty, Seed, Temperature, TopK, TopP
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
@@ -60,19 +61,19 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     min_tokens: Optional[int] = Field(default=None, ge=0, le=MAX_TOKENS_LIMIT)
-    temperature: Optional[float] = Field(default=None, ge=0)
-    top_p: Optional[float] = Field(default=None, gt=0, le=1)
-    top_k: Optional[int] = None
-    min_p: Optional[float] = Field(default=None, ge=0, le=1)
+    temperature: Optional[Temperature] = None
+    top_p: Optional[TopP] = None
+    top_k: Optional[TopK] = None
+    min_p: Optional[MinP] = None
     n: Optional[int] = Field(default=None, ge=1, le=MAX_CHOICES)
     stop: Optional[list[str]] = None
     stop_token_ids: Optional[list[TokenId]] = None
-    seed: Optional[int] = None
+    seed: Optional[Seed] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = Field(default=None, gt=0)
+    presence_penalty: Optional[Penalty] = None
+    frequency_penalty: Optional[Penalty] = None
+    repetition_penalty: Optional[RepetitionPenalty] = None
     ignore_eos: Optional[bool] = None
     skip_special_tokens: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
