@@ -20,7 +20,9 @@ from handlers.errors import EngineError, HandlerError, PrefillError, RequestErro
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
+from handlers.template_kwargs import check_template_kwargs
 from handlers.token_stream import TokenStream
+from handlers.unsupported import check_text_request, check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest
@@ -96,6 +98,7 @@ class DecodeHandler(BaseHandler):
 
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
+        check_tokens_request(req)
         self._check_choices(req.sampling_options.n)
         self._check_prompt(req.token_ids, vocab_field="token_ids")
         params = tokens_sampling_params(
@@ -108,12 +111,14 @@ class DecodeHandler(BaseHandler):
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
+        check_text_request(req)
         self._check_choices(req.n)
+        kwargs = req.template_kwargs()
+        if kwargs:
+            check_template_kwargs(kwargs, req.template_kwargs_field)
         ids = req.prompt_token_ids
         if ids is None:
-            ids = await self.preprocessor.chat_token_ids(
-                req.template_messages(), req.chat_template_kwargs
-            )
+            ids = await self.preprocessor.chat_token_ids(req.template_messages(), kwargs)
         # Our own tokenizer's ids need no vocabulary check; the client's do.
         self._check_prompt(ids, vocab_field="nvext.token_data" if req.prompt_token_ids else None)
         params = text_sampling_params(

@@ -77,6 +77,9 @@ class ChatCompletionRequest(BaseModel):
     ignore_eos: Optional[bool] = None
     skip_special_tokens: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
+    # The 1.6.1 frontend forwards the client's chat_template_kwargs under this name, and adds
+    # its own template variables there (reasoning_effort -> enable_thinking, ...).
+    chat_template_args: Optional[dict[str, Any]] = None
     nvext: Optional[NvExt] = None
 
     @field_validator("stop", mode="before")
@@ -104,6 +107,17 @@ class ChatCompletionRequest(BaseModel):
     def prompt_token_ids(self) -> Optional[list[int]]:
         """The client's own prompt ids (`nvext.token_data`), which replace the chat template."""
         return self.nvext.token_data if self.nvext is not None else None
+
+    @property
+    def template_kwargs_field(self) -> Optional[str]:
+        """Which field carries the template variables (named in errors), if any."""
+        if self.chat_template_kwargs:
+            return "chat_template_kwargs"
+        return "chat_template_args" if self.chat_template_args else None
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Template variables; the client's own chat_template_kwargs win over the frontend's."""
+        return {**(self.chat_template_args or {}), **(self.chat_template_kwargs or {})}
 
     def template_messages(self) -> list[dict[str, Any]]:
         return [m.model_dump(exclude_none=True) for m in self.messages]
