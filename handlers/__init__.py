@@ -6,7 +6,13 @@ SGLang or torch. The worker component wires engines, clients and the runtime to 
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient, TokenizerManager
 from handlers.decode import DecodeConfig, DecodeHandler
-from handlers.errors import EngineError, HandlerError, PrefillError, RequestError
+from handlers.errors import (
+    EngineError,
+    HandlerError,
+    PrefillError,
+    PrefillUnavailable,
+    RequestError,
+)
 from handlers.health import (
     FAKE_BOOTSTRAP_HOST,
     HEALTH_CHECK_KEY,
@@ -30,6 +36,7 @@ __all__ = [
     "PrefillConfig",
     "PrefillError",
     "PrefillHandler",
+    "PrefillUnavailable",
     "PreprocessConfig",
     "Preprocessor",
     "RequestError",

@@ -16,7 +16,13 @@ from typing import Any, Optional, Union
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient
 from handlers.chat_stream import ChatStream
-from handlers.errors import EngineError, HandlerError, PrefillError, RequestError
+from handlers.errors import (
+    EngineError,
+    HandlerError,
+    PrefillError,
+    PrefillUnavailable,
+    RequestError,
+)
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
@@ -199,7 +205,7 @@ class DecodeHandler(BaseHandler):
             if items is not None:
                 self.spawn(_aclose(items), name=f"prefill-close-{guard.rid}")
             if isinstance(exc, TimeoutError):
-                raise PrefillError(f"prefill worker sent no bootstrap info within {timeout:g} s")
+                raise PrefillUnavailable(f"prefill worker did not respond within {timeout:g} s")
             if isinstance(exc, (Stopped, HandlerError)) or not isinstance(exc, Exception):
                 raise
             # The runtime client raises its own exception types (no Dynamo import here).
@@ -220,7 +226,7 @@ class DecodeHandler(BaseHandler):
             raise PrefillError("prefill stream ended before its engine finished")
         except TimeoutError:
             guard.fail(PrefillError(f"prefill took over {self.config.prefill_timeout_s:g} s"))
-        except PrefillError as exc:
+        except (PrefillError, RequestError) as exc:  # RequestError: the prefill refused it
             guard.fail(exc)
         except Exception as exc:  # the runtime client's own exception types
             guard.fail(PrefillError(f"prefill worker failed: {exc}"))

@@ -248,3 +248,16 @@ def test_wire_shapes():
     assert chunk["choices"][0] == {"index": 0, "delta": {"role": "assistant", "content": "hi"},
                                    "finish_reason": None}
     assert "usage" not in chunk
+
+
+@pytest.mark.parametrize("host", ["*", "bad host", "0.0.0.0", "::", "[::]", "a..b", "-x.org",
+                                  "tcp://10.0.0.1", "h:80", "x" * 254, "ex*mple.com"])
+def test_bootstrap_host_must_be_a_dialable_name_or_address(host):
+    data = {"bootstrap_host": host, "bootstrap_port": 1, "bootstrap_room": 1}
+    assert _error(BootstrapInfo, data).startswith("bootstrap_host: must be a ")
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "10.0.0.1", "::1", "[fe80::1]",
+                                  "prefill-0.svc.cluster.local", "2.2.2.2"])
+def test_bootstrap_host_accepts_names_and_addresses(host):
+    assert BootstrapInfo(bootstrap_host=host, bootstrap_port=1, bootstrap_room=1)
