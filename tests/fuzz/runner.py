@@ -35,10 +35,10 @@ def witness_for(stack: Any) -> Iterator[Witness]:
     witness.stop()
 
 
-def check_fixed_case(stack: Any, model: str, path: str, body: Any) -> None:
+def check_fixed_case(stack: Any, model: str, path: str, body: Any, must_reject: bool) -> None:
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
         r = send(http, stack.url, path, model, body)
-    problem = judge(r, must_reject=True)
+    problem = judge(r, must_reject=must_reject)
     assert not problem, problem
 
 
@@ -66,12 +66,16 @@ def check_witness(witness: Witness) -> None:
     assert not mismatches, "\n".join(mismatches[:5])
 
 
-def xfail_engine(cases: list[tuple[str, str, Any]], engine_5xx: dict[str, str]) -> list[Any]:
-    """Parametrize (model, case); a case known to get a 5xx from inside the engine is xfail."""
+def params(malformed: list[tuple[str, str, Any]], extreme: list[tuple[str, str, Any]],
+           engine_5xx: dict[str, str]) -> list[Any]:
+    """Parametrize (model, path, body, must_reject); a case known to get a 5xx from inside the
+    engine is a strict xfail naming the cause."""
     out = []
     for model in MODELS:
-        for case_id, path, body in cases:
-            reason = engine_5xx.get(f"{model}:{case_id}")
-            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-            out.append(pytest.param(model, path, body, id=f"{model}-{case_id}", marks=marks))
+        for cases, must_reject in ((malformed, True), (extreme, False)):
+            for case_id, path, body in cases:
+                reason = engine_5xx.get(f"{model}:{case_id}")
+                marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+                out.append(pytest.param(model, path, body, must_reject,
+                                        id=f"{model}-{case_id}", marks=marks))
     return out
