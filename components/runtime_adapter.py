@@ -38,12 +38,20 @@ _CONNECT_FAILED = "Unavailable: TCP connection"
 _VALUE_ERROR_PREFIX = "InvalidRequest: ValueError: "
 
 
+# ... and a request the peer never answered (a hung process) with this one.
+_DEADLINE = "DeadlineExceeded"
+
+
 def is_connect_error(exc: BaseException) -> bool:
     return str(exc).startswith(_CONNECT_FAILED)
 
 
-def remote_error(exc: BaseException) -> BaseException:
-    """The handlers' view of an exception the prefill worker's stream raised."""
+def remote_error(exc: BaseException, since: float) -> BaseException:
+    """The handlers' view of an exception the prefill worker's stream raised; `since` is when
+    the request (or the wait for its next item) began."""
+    if str(exc).startswith(_DEADLINE):
+        waited = time.monotonic() - since
+        return PrefillUnavailable(f"prefill worker did not respond within {waited:.0f} s")
     if isinstance(exc, InvalidArgument):
         return RequestError(str(exc))
     if isinstance(exc, ValueError) and str(exc).startswith(_VALUE_ERROR_PREFIX):
@@ -93,13 +101,14 @@ class RuntimePrefillClient:
         deadline = time.monotonic() + self._connect_timeout
         while True:
             for instance_id in self._candidates():
+                sent = time.monotonic()
                 try:
                     stream = await self._client.direct(
                         request, instance_id, annotated=False, context=child)
                     first = await anext(aiter(stream), None)
                 except Exception as exc:  # the runtime raises bare Exception for transport errors
                     if not is_connect_error(exc):
-                        raise remote_error(exc) from exc
+                        raise remote_error(exc, sent) from exc
                     delay = self._refused.failed(instance_id)
                     logger.warning("prefill instance %x refused the connection; retrying it "
                                    "in %.1fs at the earliest", instance_id, delay)
@@ -142,6 +151,7 @@ class PrefillStream:
         if self._first is not None:
             item, self._first = self._first, None
             return item
+        waiting_since = time.monotonic()
         try:
             return await anext(self._stream)
         except StopAsyncIteration:
@@ -149,7 +159,7 @@ class PrefillStream:
             raise
         except Exception as exc:
             self._close(completed=False)
-            raise remote_error(exc) from exc
+            raise remote_error(exc, waiting_since) from exc
         except BaseException:
             self._close(completed=False)
             raise

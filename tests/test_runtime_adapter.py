@@ -197,6 +197,13 @@ async def test_a_prefill_rejection_becomes_a_request_error(exc, message, after_f
     assert str(info.value) == message
 
 
+async def test_a_prefill_that_never_answers_is_unavailable():
+    exc = Exception("DeadlineExceeded: TCP request to 127.0.0.1:1 timed out")
+    prefill = adapter(RejectingClient(exc, False), Clock())
+    with pytest.raises(PrefillUnavailable, match=r"did not respond within \d+ s"):
+        await prefill.generate({}, None)
+
+
 async def test_other_prefill_failures_stay_what_they_are():
     prefill = adapter(RejectingClient(RuntimeError("engine died"), True), Clock())
     stream = await prefill.generate({}, None)

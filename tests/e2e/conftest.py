@@ -25,18 +25,20 @@ ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "6
                "--page-size", "16", "--max-running-requests", "32")
 
 
-def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
-    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS,
+def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
+                  extra: tuple[str, ...] = ()) -> None:
+    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *extra,
                        "--disaggregation-bootstrap-port", str(free_port()),
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
 def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                   with_agg: bool = True) -> Stack:
+                   with_agg: bool = True, prefill_args: tuple[str, ...] = ()) -> Stack:
+    """`prefill_args` are appended to the first prefill worker's flags (later ones win)."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
-        start_prefill(stack, "prefill", skip_tokenizer_init)
+        start_prefill(stack, "prefill", skip_tokenizer_init, prefill_args)
         stack.start_worker("decode", "decode", DISAGG, *ENGINE_ARGS,
                            "--prefill-wait-timeout", str(PREFILL_WAIT_S),
                            skip_tokenizer_init=skip_tokenizer_init)
