@@ -7,11 +7,7 @@ SGLang or torch. The worker component wires engines, clients and the runtime to 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient, TokenizerManager
 from handlers.decode import DecodeConfig, DecodeHandler
 from handlers.errors import (
-    EngineError,
-    HandlerError,
-    PrefillError,
-    PrefillUnavailable,
-    RequestError,
+    EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
 from handlers.health import (
     FAKE_BOOTSTRAP_HOST,

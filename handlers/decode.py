@@ -17,11 +17,7 @@ from typing import Any, Optional, Union
 from handlers.base import BaseHandler, Context, Engine, PrefillClient
 from handlers.chat_stream import ChatStream
 from handlers.errors import (
-    EngineError,
-    HandlerError,
-    PrefillError,
-    PrefillUnavailable,
-    RequestError,
+    EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.preprocess import Preprocessor

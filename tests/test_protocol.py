@@ -83,9 +83,13 @@ def test_frontend_tokens_request_parses_and_keeps_unknown_fields():
             {"stop_conditions": {"max_tokens": MAX_TOKENS_LIMIT + 1}},
             f"stop_conditions.max_tokens: must be <= {MAX_TOKENS_LIMIT}",
         ),
-        ({"sampling_options": {"temperature": -0.1}}, "sampling_options.temperature: must be >= 0, got -0.1"),
+        (
+            {"sampling_options": {"temperature": -0.1}},
+            "sampling_options.temperature: must be >= 0, got -0.1",
+        ),
         ({"sampling_options": {"top_p": 0}}, "sampling_options.top_p: must be in (0, 1], got 0.0"),
-        ({"sampling_options": {"top_p": 1.5}}, "sampling_options.top_p: must be in (0, 1], got 1.5"),
+        ({"sampling_options": {"top_p": 1.5}}, "sampling_options.top_p: must be in (0, 1], "
+                                               "got 1.5"),
         ({"sampling_options": {"n": 0}}, "sampling_options.n: must be >= 1"),
     ],
 )

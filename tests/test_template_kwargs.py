@@ -80,8 +80,11 @@ async def test_variables_over_budget_are_refused(pre, kwargs, words):
 async def test_template_variables_pass_and_render_off_the_loop(pre, tok, monkeypatch):
     inline_calls = []
     real_inline = Preprocessor._run_inline
-    monkeypatch.setattr(Preprocessor, "_run_inline",
-                        lambda self, fn, args: inline_calls.append(1) or real_inline(self, fn, args))
+    def spy(self, fn, args):
+        inline_calls.append(1)
+        return real_inline(self, fn, args)
+
+    monkeypatch.setattr(Preprocessor, "_run_inline", spy)
     engine = FakeEngine(DONE)
     request = {"messages": MESSAGES, "max_tokens": 1,
                "chat_template_args": {"enable_thinking": True}}

@@ -70,7 +70,8 @@ COMMON: list[tuple[str, str, Any]] = [
     ("template-replaced", CHAT, {"chat_template_kwargs": {"chat_template": "{{ 'x' }}"}}),
     ("model-number", CHAT, {"model": 123}),
     ("n-two", CHAT, {"n": 2}),
-    ("lone-surrogate", CHAT, b'{"model": "{model}", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+    ("lone-surrogate", CHAT,
+     b'{"model": "{model}", "messages": [{"role": "user", "content": "\\ud800"}]}'),
     ("many-messages", CHAT, {"messages": [{"role": "user", "content": "a"}] * 3000}),
     ("stop-empty-string", CHAT, {"stop": [""]}),
 ]

@@ -26,10 +26,14 @@ REQUEST_TIMEOUT_S = 60.0
 
 def send(http: httpx.Client, url: str, path: str, model: str, body: Any) -> httpx.Response:
     if isinstance(body, bytes):
-        return http.post(f"{url}/v1/{path}", content=body.replace(b"{model}", model.encode()),
+        raw = body.replace(b"{model}", model.encode())
+        return http.post(f"{url}/v1/{path}", content=raw,
                          headers={"content-type": "application/json"})
     base: dict[str, Any] = {"model": model, "max_tokens": 4}
-    base["prompt" if path == "completions" else "messages"] = "hi" if path == "completions" else user("hi")
+    if path == "completions":
+        base["prompt"] = "hi"
+    else:
+        base["messages"] = user("hi")
     return http.post(f"{url}/v1/{path}", json={**base, **body})
 
 
