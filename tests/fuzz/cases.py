@@ -122,6 +122,9 @@ EXTREME: list[tuple[str, str, Any]] = [
     ("top-k-whole-vocab", CHAT, {"top_k": 1 << 30, "top_p": 1e-30, "min_p": 1}),
     ("seed-int64-min", CHAT, {"seed": -(1 << 63), "temperature": 1.0}),
     ("max-tokens-one", CHAT, {"max_tokens": 1}),
+    # The frontend turns this into template variables (enable_thinking, ...): they must pass.
+    ("reasoning-effort", CHAT, {"reasoning_effort": "high"}),
+    ("template-variable", CHAT, {"chat_template_kwargs": {"enable_thinking": False}}),
 ]
 
 TOKENS_CASES = COMMON + TOKENS_ONLY
