@@ -101,7 +101,8 @@ def _solo(url: str, model: str) -> StreamResult:
 
 @dataclass
 class Witness:
-    """Streams the same greedy request to each model, over and over, while the fuzz runs."""
+    """Streams the same greedy request to each model, over and over, one thread per model, so
+    every engine has a well-formed stream in flight whenever a fuzz request reaches it."""
 
     url: str
     models: list[str]
@@ -111,20 +112,19 @@ class Witness:
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="witness", daemon=True)
+        self._threads = [threading.Thread(target=self._loop, args=(m,), name=f"witness-{m}",
+                                          daemon=True) for m in self.models]
 
     def start(self) -> None:
         for model in self.models:  # alone: nothing else in flight yet
             solo = _solo(self.url, model)
             assert solo.error is None and solo.done, solo
             self.reference[model] = (solo.text, solo.usage["completion_tokens"])
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
-    def _loop(self) -> None:
-        i = 0
+    def _loop(self, model: str) -> None:
         while not self._stop.is_set():
-            model = self.models[i % len(self.models)]
-            i += 1
             try:
                 got = _solo(self.url, model)
             except (httpx.HTTPError, AssertionError) as exc:
@@ -135,8 +135,9 @@ class Witness:
 
     def stop(self, timeout: float = 2 * REQUEST_TIMEOUT_S) -> None:
         self._stop.set()
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "the witness stream did not finish"
+        for thread in self._threads:
+            thread.join(timeout)
+            assert not thread.is_alive(), "the witness stream did not finish"
 
     def mismatches(self) -> list[str]:
         out = list(self.errors)
