@@ -32,9 +32,10 @@ def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Sta
     directory named after `name`; every one it started is stopped after them."""
     stacks: list[Stack] = []
 
-    def start(name: str, skip_tokenizer_init: bool, with_agg: bool = True) -> Stack:
+    def start(name: str, skip_tokenizer_init: bool, with_agg: bool = True,
+              prefill_args: tuple[str, ...] = ()) -> Stack:
         stack = start_topology(tmp_path_factory.mktemp(name), tiny_model_path,
-                               skip_tokenizer_init, with_agg)
+                               skip_tokenizer_init, with_agg, prefill_args)
         stacks.append(stack)
         return stack
 

@@ -20,8 +20,9 @@ ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "6
                "--page-size", "16", "--max-running-requests", "32")
 
 
-def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
-    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS,
+def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
+                  extra: tuple[str, ...] = ()) -> None:
+    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *extra,
                        "--disaggregation-bootstrap-port", str(free_port()),
                        skip_tokenizer_init=skip_tokenizer_init)
 
@@ -33,12 +34,13 @@ def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
 
 
 def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                   with_agg: bool = True) -> Stack:
-    """The standard topology, ready; on failure its logs are printed and it is stopped."""
+                   with_agg: bool = True, prefill_args: tuple[str, ...] = ()) -> Stack:
+    """The standard topology, ready; on failure its logs are printed and it is stopped.
+    `prefill_args` are appended to the first prefill worker's flags (later ones win)."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
-        start_prefill(stack, "prefill", skip_tokenizer_init)
+        start_prefill(stack, "prefill", skip_tokenizer_init, prefill_args)
         start_decode(stack, "decode", skip_tokenizer_init)
         served = [DISAGG]
         if with_agg:

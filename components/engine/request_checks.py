@@ -87,7 +87,8 @@ def bootstrap_problem(boot: Bootstrap) -> str | None:
         return f"bootstrap_room must be an integer in [1, 2**63), got {room!r}"
     if type(boot.port) is not int or not 1 <= boot.port <= 65535:
         return f"bootstrap_port must be an integer in [1, 65535], got {boot.port!r}"
-    return host_problem(boot.host)
+    problem = host_problem(boot.host)
+    return None if problem is None else f"bootstrap_host: {problem}"
 
 
 def plan_budget(seq: Sequence, limits: Limits) -> int:
