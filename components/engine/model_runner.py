@@ -13,11 +13,12 @@ from transformers import AutoModelForCausalLM
 from components.engine import attention
 from components.engine.attention import Segment, StepMeta
 from components.engine.batch import Batch
+from components.engine.config import DTYPES
 from components.engine.kv_pool import KVPool
 
 logger = logging.getLogger(__name__)
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}  # the names EngineConfig takes
 
 
 class ModelRunner:
