@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 REQS := requirements/base.txt requirements/sglang-cpu.txt pyproject.toml
 
-.PHONY: install test test-fast demo bench models clean
+.PHONY: install test test-fast fuzz demo bench models clean
 
 install: $(STAMP)
 
@@ -23,6 +23,11 @@ $(STAMP): $(REQS)
 
 test: install
 	$(PY) -m pytest
+
+# The request fuzz for FUZZ_DURATION_S seconds of random requests per mode (default 600).
+FUZZ_DURATION_S ?= 600
+fuzz: install
+	FUZZ_DURATION_S=$(FUZZ_DURATION_S) $(PY) -m pytest -m fuzz tests/fuzz
 
 test-fast: install
 	$(PY) -m pytest -m "not e2e and not slow"

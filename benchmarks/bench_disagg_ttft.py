@@ -2,9 +2,9 @@
 
 Engine level, one request at a time, so nothing else is in the numbers:
   agg    - an aggregated CPU engine in this process: TTFT = prefill compute + the rest;
-  disagg - a prefill engine in another process (benchmarks/prefill_proc.py) and a decode engine in
+  disagg - a prefill engine in another process (harness/engine_proc.py) and a decode engine in
            this one, meeting through the bootstrap server with real NIXL, as the workers do.
-Split of the disaggregated TTFT (times from the engines' own records, benchmarks/engine_timing.py):
+Split of the disaggregated TTFT (times from the engines' own records, harness/engine_timing.py):
   compute  - the prefill forward on the prefill engine;
   transfer - end of the prefill forward -> KV WRITE complete (descriptors, NIXL/UCX write between
              the processes; decode has registered its pages during the forward);
@@ -35,8 +35,8 @@ from benchmarks.common import (
     write_json,
 )
 from benchmarks.disagg_report import plot_split, split_rows
-from benchmarks.engine_timing import TimingCapture
-from benchmarks.prefill_proc import PrefillProcess
+from harness.engine_proc import EngineProcess
+from harness.engine_timing import TimingCapture
 
 SAMPLING = {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0.0}
 
@@ -70,25 +70,28 @@ async def run_agg(engine, capture: TimingCapture, ids: list[int]) -> dict:
     }
 
 
-async def run_disagg(decode, prefill: PrefillProcess, ids: list[int]) -> dict:
+async def run_disagg(decode, prefill: EngineProcess, ids: list[int]) -> dict:
     rid, room = uuid.uuid4().hex, random.randrange(1, 1 << 63)
+    boot = {
+        "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": prefill.server_args["disaggregation_bootstrap_port"],
+        "bootstrap_room": room,
+    }
     t0 = time.time()
-    done = prefill.submit(rid + "-p", room, ids, SAMPLING)  # as the decode handler: prefill first
+    # Sent on the call, as the decode handler does: the prefill hears of the request first.
+    done = asyncio.create_task(
+        prefill.final(input_ids=ids, sampling_params=SAMPLING, rid=rid + "-p", **boot)
+    )
     stream = await decode.async_generate(
-        input_ids=ids,
-        sampling_params=SAMPLING,
-        stream=True,
-        bootstrap_host="127.0.0.1",
-        bootstrap_port=prefill.port,
-        bootstrap_room=room,
-        rid=rid,
+        input_ids=ids, sampling_params=SAMPLING, stream=True, rid=rid, **boot
     )
     t_first, out, meta = await first_token(stream)
     p = await asyncio.wait_for(done, 60)
+    times = await prefill.timings(rid + "-p", room)
     nan = float("nan")
     ttft = (t_first - t0) * 1e3 if t_first else nan
-    compute = p.get("prefill_ms", nan)
-    end, written = p.get("prefill_end"), p.get("write_done")
+    compute = nan if times["prefill_ms"] is None else times["prefill_ms"]
+    end, written = times["prefill_end"], times["write_done"]
     # The WRITE is posted as soon as the forward ends (decode registered long before, during
     # the forward) and UCX may complete it inside the posting call: measure from the forward's end.
     transfer = (written - end) * 1e3 if end and written else nan
@@ -101,7 +104,7 @@ async def run_disagg(decode, prefill: PrefillProcess, ids: list[int]) -> dict:
         "after_write_ms": (t_first - written) * 1e3 if written and t_first else nan,
         "tokens": out,
         "finish": meta.get("finish_reason"),
-        "prefill_finish": p.get("finish_reason"),
+        "prefill_finish": p["meta_info"]["finish_reason"],
     }
 
 
@@ -116,12 +119,21 @@ async def measure(args) -> tuple[dict, list[str]]:
         num_threads=1,
         disaggregation_mode="decode",
     )
-    prefill = PrefillProcess(args.model_path)
+    prefill = None
     rng = random.Random(args.seed)
     runs: dict = {n: {"agg": [], "disagg": []} for n in args.lengths}
     problems: list[str] = []
     try:
-        await prefill.start()
+        prefill = await EngineProcess.start(
+            capture_timings=True,
+            ready_timeout=120.0,
+            model_path=args.model_path,
+            skip_tokenizer_init=True,
+            num_threads=1,
+            disaggregation_mode="prefill",
+            host="127.0.0.1",
+            disaggregation_bootstrap_port=0,
+        )
         warm = [rng.randrange(3, agg.vocab_size) for _ in range(64)]
         await run_agg(agg, capture, warm)  # first requests pay allocation and UCX wire-up
         await run_disagg(decode, prefill, warm)
@@ -138,7 +150,8 @@ async def measure(args) -> tuple[dict, list[str]]:
                     runs[n][arm].append(row)
             problems += check(n, runs[n])
     finally:
-        await prefill.stop()
+        if prefill is not None:
+            await prefill.close()
         agg.shutdown()
         decode.shutdown()
     return runs, problems

@@ -32,14 +32,14 @@ def _prompt(n: int, vocab: int, seed: int) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
-async def prefill_tok_s(engine: Engine, n: int, seed: int) -> float:
+async def prefill_tok_s(engine: CpuEngine, n: int, seed: int) -> float:
     ids = _prompt(n, engine.vocab_size, seed)
     t0 = time.perf_counter()
     await engine.async_generate(input_ids=ids, sampling_params={"max_new_tokens": 1})
     return n / (time.perf_counter() - t0)
 
 
-async def decode_tok_s(engine: Engine, batch: int, seed: int) -> float:
+async def decode_tok_s(engine: CpuEngine, batch: int, seed: int) -> float:
     """Steady-state decode: tokens after each row's first, over the span they took."""
     params = {"temperature": 0.0, "max_new_tokens": DECODE_TOKENS, "ignore_eos": True}
     firsts: list[float] = []
@@ -58,7 +58,7 @@ async def decode_tok_s(engine: Engine, batch: int, seed: int) -> float:
     return batch * (DECODE_TOKENS - 1) / (max(lasts) - max(firsts))
 
 
-async def loop_lag_ms(engine: Engine, seed: int) -> tuple[float, float, float]:
+async def loop_lag_ms(engine: CpuEngine, seed: int) -> tuple[float, float, float]:
     """(p50, p99, max) lag of a 1 ms asyncio ticker during a 2,000-token prefill."""
     lags: list[float] = []
     done = asyncio.Event()

@@ -17,103 +17,28 @@ side. Median of --runs (>= 3).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
 
 import torch
 
-from benchmarks.common import (REPO_ROOT, format_table, limit_cpu_threads, median, new_figure,
-                               ratio, results_dir, save_figure, write_json)
+from benchmarks.common import (format_table, limit_cpu_threads, median, new_figure, ratio,
+                               results_dir, save_figure, write_json)
+from benchmarks.kv_peer import (HEAD_DIM, HOST, KV_HEADS, LAYERS, TIMEOUT_S, DecodePeer,
+                                 make_pool, region)
 from components.engine.kv_pool import KVPool
-from components.engine.kv_transport import KVArrived, KVTransport, TransferDone, TransferFailed
+from components.engine.kv_transport import KVTransport, TransferDone, TransferFailed
 
-LAYERS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 8, 4, 64, 16  # the `small` model, fp32
 SIZES = (128, 256, 512, 1024, 2048, 4096)
-HOST = "127.0.0.1"
-TIMEOUT_S = 30.0
 
 
-def make_pool(max_tokens: int) -> KVPool:
-    return KVPool(LAYERS, KV_HEADS, HEAD_DIM, max_tokens // PAGE_SIZE, PAGE_SIZE, torch.float32)
-
-
-def region(pool: KVPool, run, tokens: int) -> torch.Tensor:
-    start = run.start_page * PAGE_SIZE
-    return pool.tensor[:, :, :, start:start + tokens]
-
-
-# --- decode peer process ------------------------------------------------------------------------
-def decode_peer(max_tokens: int) -> None:
-    """The decode side: per stdin line {"room", "tokens", "port"} it registers the room, answers
-    {"registered"}, then {"arrived", "sum"} once the KV is in."""
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # NIXL logs to stdout; keep our channel clean
-    limit_cpu_threads(1)
-    pool = make_pool(max_tokens)
-    transport = KVTransport(pool.tensor, "decode", HOST, None, TIMEOUT_S, TIMEOUT_S)
-    held = {}
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        run = pool.allocate(cmd["tokens"])
-        held[cmd["room"]] = (run, cmd["tokens"])
-        runs = pool.token_runs(run, cmd["tokens"])
-        transport.add_decode(cmd["room"], HOST, cmd["port"], runs, "bench")
-        out.write(json.dumps({"registered": cmd["room"]}) + "\n")
-        out.flush()
-        deadline = time.monotonic() + TIMEOUT_S
-        arrived = None
-        while arrived is None and time.monotonic() < deadline:
-            for ev in transport.poll(0.05):
-                if isinstance(ev, KVArrived):
-                    arrived = ev
-                elif isinstance(ev, TransferFailed):
-                    raise RuntimeError(ev.message)
-        run, tokens = held.pop(cmd["room"])
-        checksum = float(region(pool, run, tokens).double().sum())
-        pool.free(run)
-        out.write(json.dumps({"arrived": cmd["room"], "sum": checksum}) + "\n")
-        out.flush()
-    transport.close()
-
-
-class Peer:
-    def __init__(self, max_tokens: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.bench_kv_transfer", "--peer", str(max_tokens)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-            start_new_session=True)
-
-    def call(self, **cmd) -> dict:
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the decode peer process died")
-        return json.loads(line)
-
-    def read(self) -> dict:
-        return json.loads(self.proc.stdout.readline())
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-# --- measurement --------------------------------------------------------------------------------
-def nixl_once(transport: KVTransport, pool: KVPool, peer: Peer, room: int, tokens: int) -> float:
+def nixl_once(transport: KVTransport, pool: KVPool, peer: DecodePeer, room: int,
+              tokens: int) -> float:
     """Seconds from add_prefill to TransferDone for one room (decode registered beforehand)."""
     run = pool.allocate(tokens)
     src = region(pool, run, tokens)
     src.copy_(torch.randn(src.shape, generator=torch.Generator().manual_seed(room)))
     expected = float(src.double().sum())
-    peer.call(room=room, tokens=tokens, port=transport.bootstrap_port)
+    peer.call(op="register", room=room, tokens=tokens, port=transport.bootstrap_port)
     settle = time.monotonic() + 0.02  # let the registration land before the clock starts
     while time.monotonic() < settle:
         transport.poll(0.002)
@@ -129,7 +54,7 @@ def nixl_once(transport: KVTransport, pool: KVPool, peer: Peer, room: int, token
             raise TimeoutError(f"room {room}: no TransferDone")
     elapsed = time.perf_counter() - t0
     pool.free(run)
-    got = peer.read()
+    got = peer.call(op="report", room=room)  # asked only now: nothing arrives while timing
     if got["sum"] != expected:
         raise RuntimeError(f"room {room}: decode checksum {got['sum']} != {expected}")
     return elapsed
@@ -153,7 +78,7 @@ def run(runs: int, out_dir) -> dict:
     max_tokens = max(SIZES)
     pool, other = make_pool(max_tokens), make_pool(max_tokens)
     transport = KVTransport(pool.tensor, "prefill", HOST, None, TIMEOUT_S, TIMEOUT_S)
-    peer = Peer(max_tokens)
+    peer = DecodePeer(max_tokens)
     rows, room = [], 1
     try:
         first_ms = nixl_once(transport, pool, peer, room, 16) * 1e3  # UCX wire-up
@@ -201,11 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=None, help="results directory (default results/)")
-    parser.add_argument("--peer", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.peer is not None:
-        decode_peer(args.peer)
-        return
     if args.runs < 3:
         parser.error("--runs must be at least 3 (the table reports medians)")
     out_dir = results_dir(args.out)

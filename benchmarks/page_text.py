@@ -103,7 +103,7 @@ TTFT = """\
 engine (baseline) against a prefill engine in another process plus a decode engine in this one,
 which meet through the prefill's bootstrap server and move the KV with NIXL exactly as the
 workers do. The disaggregated TTFT is split with the engines' own timing records
-(`benchmarks/engine_timing.py`): **compute** = the prefill forward; **transfer** = end of that
+(`harness/engine_timing.py`): **compute** = the prefill forward; **transfer** = end of that
 forward to KV WRITE complete (decode registered its pages during the forward); **hand-off** =
 everything else (dispatch to the prefill engine, the completion notification, decode adopting the
 request and emitting its first token). The aggregated TTFT is split into the same compute and the
@@ -125,6 +125,14 @@ batch 1 and 16, and the lag of the embedding process's asyncio loop while a 2,00
 runs on the engine thread.
 """
 
+VS_TRANSFORMERS = """\
+`python -m benchmarks.bench_vs_transformers`: the CPU engine against transformers' own continuous
+batching (`model.generate_batch`, stock `sdpa` attention) on the same `small` model, the same
+torch thread count and the same prompts (a batch of 16 prompts of 128 tokens, 64 new tokens each,
+greedy, `ignore_eos`), both given the whole batch at once; wall time from submission to the last
+token, prefill included. The arms alternate within each repetition after one warm-up each.
+"""
+
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
@@ -133,6 +141,7 @@ SECTIONS = [
     ("bench_kv_transfer", "KV transfer bandwidth: NIXL vs a same-process copy", KV),
     ("disagg_ttft", "TTFT: aggregated vs disaggregated, split", TTFT),
     ("bench_engine", "CPU engine throughput", ENGINE),
+    ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
 ]
 
 FOOTER = """\

@@ -1,12 +1,42 @@
-"""The serving benchmark's arms: topologies started as processes, and the in-process engine."""
+"""The serving benchmark's arms: topologies started as processes (`harness/topology.py`), and the
+in-process engine.
+
+Each topology runs in a fresh run directory (its discovery files and logs) and its own Dynamo
+namespace; the directory is removed on stop unless start-up failed or BENCH_KEEP_LOGS=1.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+from harness.topology import Stack, free_port
+
 logger = logging.getLogger("bench_serving")
+# Worker name and --disaggregation-mode per process, after the frontend.
+WORKERS = {"agg": (("agg", "null"),), "agg-chunked": (("agg", "null"),),
+           "disagg": (("prefill", "prefill"), ("decode", "decode"))}
+# SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
+CHUNKED_ARGS = ("--chunked-prefill-size", "256", "--enable-mixed-chunk")
+TOPOLOGIES = ("agg", "agg-chunked", "disagg")
+
+
+def spawn_topology(name: str, model_path: str, served: str, skip_tokenizer_init: bool) -> Stack:
+    """Start the processes of topology `name` (one of TOPOLOGIES); not yet ready."""
+    run_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    stack = Stack(run_dir, model_path, namespace=f"bench{name}")
+    stack.start_frontend()
+    for worker, mode in WORKERS[name]:
+        extra = ["--disaggregation-bootstrap-port", str(free_port())] if mode == "prefill" else []
+        if name == "agg-chunked":
+            extra += CHUNKED_ARGS
+        stack.start_worker(worker, mode, served, "--log-level", "warning", *extra,
+                           skip_tokenizer_init=skip_tokenizer_init)
+    return stack
 
 
 class Arms:
@@ -14,32 +44,27 @@ class Arms:
 
     def __init__(self, args: argparse.Namespace, tokenizer) -> None:
         self.args, self.tokenizer = args, tokenizer
+        self.served = Path(args.model_path).name
         self.send: dict = {}
-        self.topologies: list = []
+        self.topologies: dict[str, Stack] = {}
+        self.keep_logs = os.environ.get("BENCH_KEEP_LOGS") == "1"
         self.clients: list = []
         self.engine = None
 
     def start(self) -> None:
-        from benchmarks.topology import Topology, TopologySpec
-
-        served = Path(self.args.model_path).name
-        specs = [
-            TopologySpec(
-                name,
-                self.args.model_path,
-                served_model_name=served,
-                skip_tokenizer_init=not self.args.text_mode,
-            )
-            for name in ("agg", "disagg")
-            if name in self.args.arms
-        ]
         # Spawn every topology first so their start-ups overlap, then wait for each.
-        self.topologies = [Topology(spec) for spec in specs]
-        for topo in self.topologies:
-            topo.start_processes()
-        for topo in self.topologies:
-            topo.wait_ready()
-            logger.info("%s ready at %s (logs %s)", topo.spec.name, topo.base_url, topo.run_dir)
+        try:
+            for name in TOPOLOGIES:
+                if name in self.args.arms:
+                    self.topologies[name] = spawn_topology(
+                        name, self.args.model_path, self.served, not self.args.text_mode)
+            for name, stack in self.topologies.items():
+                # The probe: a decode worker is listed before it has found its prefill peer.
+                stack.wait_ready(self.served, probe=True)
+                logger.info("%s ready at %s (logs %s)", name, stack.url, stack.workdir)
+        except BaseException:
+            self.keep_logs = True  # the error points at them
+            raise
         if "engine" in self.args.arms:
             from benchmarks.engine_client import EngineArm, start_engine
 
@@ -49,12 +74,10 @@ class Arms:
     def connect(self, concurrency: int) -> None:
         from benchmarks.http_client import ChatClient
 
-        for topo in self.topologies:
-            client = ChatClient(
-                topo.base_url, topo.spec.served_model_name, self.args.output_len, concurrency
-            )
+        for name, stack in self.topologies.items():
+            client = ChatClient(stack.url, self.served, self.args.output_len, concurrency)
             self.clients.append(client)
-            self.send[topo.spec.name] = client.send
+            self.send[name] = client.send
 
     async def close_clients(self) -> None:
         for client in self.clients:
@@ -62,7 +85,11 @@ class Arms:
         self.clients.clear()
 
     def stop(self) -> None:
-        for topo in self.topologies:
-            topo.stop()
+        for name, stack in self.topologies.items():
+            stack.stop()
+            if self.keep_logs:
+                logger.info("%s logs kept in %s", name, stack.workdir)
+            else:
+                shutil.rmtree(stack.workdir, ignore_errors=True)
         if self.engine is not None:
             self.engine.shutdown()

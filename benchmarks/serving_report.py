@@ -6,8 +6,10 @@ from pathlib import Path
 
 from benchmarks.common import new_figure, ratio, save_figure
 
-COLORS = {"engine": "#7f7f7f", "agg": "#1f77b4", "disagg": "#d62728"}
-LABELS = {"engine": "engine in-process", "agg": "Dynamo agg", "disagg": "Dynamo disagg (NIXL)"}
+COLORS = {"engine": "#7f7f7f", "agg": "#1f77b4", "agg-chunked": "#2ca02c", "disagg": "#d62728"}
+LABELS = {"engine": "engine in-process", "agg": "Dynamo agg",
+          "agg-chunked": "Dynamo agg, chunked prefill", "disagg": "Dynamo disagg (NIXL)"}
+ARM_ORDER = tuple(LABELS)
 
 
 # The latency and throughput columns both tables share: (header, metric key).
@@ -31,7 +33,7 @@ def serving_rows(medians: dict, concurrency: list[int]) -> tuple[list[str], list
     base = medians.get("engine")
     rows = []
     for c in concurrency:
-        for name in ("engine", "agg", "disagg"):
+        for name in ARM_ORDER:
             if name not in medians:
                 continue
             m = medians[name][c]
@@ -93,18 +95,19 @@ def plot_serving(
 def ratios(medians: dict, concurrency: list[int]) -> dict:
     out: dict = {}
     base = medians.get("engine")
-    for name in ("agg", "disagg"):
+    for name in ARM_ORDER[1:]:
         if name not in medians:
             continue
         for c in concurrency:
             m = medians[name][c]
             entry = out.setdefault(name, {}).setdefault(c, {})
+            entry["itl_p99_over_p50"] = ratio(m["itl_p99_ms"], m["itl_p50_ms"])
             if base:
                 entry["throughput_vs_engine"] = ratio(
                     m["output_tok_per_s"], base[c]["output_tok_per_s"]
                 )
                 entry["ttft_overhead_ms_vs_engine"] = m["ttft_p50_ms"] - base[c]["ttft_p50_ms"]
-            if name == "disagg" and "agg" in medians:
+            if name != "agg" and "agg" in medians:
                 entry["throughput_vs_agg"] = ratio(
                     m["output_tok_per_s"], medians["agg"][c]["output_tok_per_s"]
                 )

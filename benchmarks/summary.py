@@ -66,6 +66,8 @@ def table_of(name: str, data: dict) -> str:
             for k, v in data["loop_lag_ms"].items()
         ]
         return format_table(["measure", "unit", "value"], rows)
+    if name == "vs_transformers":
+        return format_table(["arm", "output tok/s"], [[k, v] for k, v in data["tok_s"].items()])
     return "(no table)"
 
 
@@ -78,6 +80,7 @@ def headline(name: str, data: dict) -> list[str]:
                 bits = [
                     f"output tok/s **{fmt(r.get('throughput_vs_engine'))}x** the engine's",
                     f"TTFT p50 {fmt(r.get('ttft_overhead_ms_vs_engine'), 1)} ms over it",
+                    f"ITL p99 / p50 {fmt(r.get('itl_p99_over_p50'), 1)}",
                 ]
                 if "throughput_vs_agg" in r:
                     bits.append(
@@ -140,6 +143,12 @@ def headline(name: str, data: dict) -> list[str]:
                 f"continuous batching: decode at batch {hi} gives **{fmt(dec[hi] / dec[lo])}x** "
                 f"the tokens/s of batch {lo}"
             ]
+    if name == "vs_transformers":
+        return [
+            f"the engine / transformers' continuous batching (`generate_batch`): "
+            f"**{fmt(data['ratio'])}x** output tok/s at batch {data['config']['batch']}; greedy "
+            "tokens identical: " + ("yes" if data.get("tokens_identical") else "no")
+        ]
     return []
 
 

@@ -9,8 +9,14 @@ but the CPU engine cannot honour are accepted only with their neutral value, and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
+
+from components.engine.config import DISAGG_MODES, TRANSFER_BACKENDS, EngineConfig
+
+# EngineConfig is the one home of the engine's defaults; flags show and pass the same values.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
 # SGLang --dtype spellings -> torch dtype names the CPU engine takes; "auto" = engine default.
 _DTYPES = {"auto": None, "float": "float32", "float32": "float32", "half": "float16",
@@ -25,6 +31,8 @@ _OPTIONAL = {
     "max_total_tokens": "max_total_tokens",
     "random_seed": "random_seed",
     "stream_interval": "stream_interval",
+    "max_prefill_tokens": "max_prefill_tokens",
+    "chunked_prefill_size": "chunked_prefill_size",
     "cpu_num_threads": "num_threads",
     "cpu_bootstrap_timeout": "bootstrap_timeout",
     "cpu_transfer_timeout": "transfer_timeout",
@@ -40,11 +48,14 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--served-model-name", default=None)
     g.add_argument("--skip-tokenizer-init", action="store_true",
                    help="token-in/token-out: the frontend tokenizes (ModelInput.Tokens)")
-    g.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null")
-    g.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    g.add_argument("--disaggregation-transfer-backend", choices=["nixl"], default="nixl",
+    g.add_argument("--disaggregation-mode", choices=DISAGG_MODES,
+                   default=str(_DEFAULTS["disaggregation_mode"]))
+    g.add_argument("--disaggregation-bootstrap-port", type=int,
+                   default=_DEFAULTS["disaggregation_bootstrap_port"])
+    g.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS,
+                   default=_DEFAULTS["disaggregation_transfer_backend"],
                    help="the CPU engine moves KV with NIXL only")
-    g.add_argument("--host", default="127.0.0.1", help="bind address of the bootstrap server")
+    g.add_argument("--host", default=_DEFAULTS["host"], help="bind address of the bootstrap server")
     g.add_argument("--page-size", type=int, default=None)
     g.add_argument("--context-length", type=int, default=None)
     g.add_argument("--max-running-requests", type=int, default=None)
@@ -52,6 +63,14 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=sorted(_DTYPES), default="auto")
     g.add_argument("--random-seed", type=int, default=None)
     g.add_argument("--stream-interval", type=int, default=None)
+    g.add_argument("--max-prefill-tokens", type=int, default=None,
+                   help="prompt tokens forwarded per prefill step")
+    g.add_argument("--chunked-prefill-size", type=int, default=None,
+                   help="forward long prompts in chunks of this many tokens (-1: off)")
+    g.add_argument("--enable-mixed-chunk", action="store_true",
+                   help="run prefill chunks and the running rows' decode in one forward")
+    g.add_argument("--disable-radix-cache", action="store_true",
+                   help="do not keep finished requests' KV to serve repeated prefixes")
     g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
                    default=1, help="the CPU engine runs one rank: only 1")
     g.add_argument("--trust-remote-code", action="store_true",
@@ -85,6 +104,9 @@ def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     }
     if _DTYPES[ns.dtype] is not None:
         kwargs["dtype"] = _DTYPES[ns.dtype]
+    for flag in ("enable_mixed_chunk", "disable_radix_cache"):
+        if getattr(ns, flag):
+            kwargs[flag] = True
     for attr, field in _OPTIONAL.items():
         value = getattr(ns, attr)
         if value is not None:

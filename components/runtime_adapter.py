@@ -2,9 +2,15 @@
 
 - `RuntimePrefillClient` adapts Dynamo's `Client` to the handlers' `PrefillClient` protocol:
   plain-dict streams, a child context linked to the request's, and a retry over instances that
-  refuse connections (a killed prefill stays listed in file discovery until its entry is removed).
+  refuse connections (a killed prefill stays listed in file discovery until its entry is
+  removed; a refusing instance is skipped for a bounded, growing backoff, then tried again).
+  What the prefill worker rejected as the client's error (`InvalidArgument`, or a `ValueError`,
+  which the runtime re-raises with an "InvalidRequest: ValueError: " prefix) becomes the
+  handlers' `RequestError`, so disaggregated mode answers 400 with the same message as
+  aggregated mode.
 - `translate_errors` wraps a handler's `generate`: `RequestError` becomes Dynamo's
-  `InvalidArgument` (HTTP 400 with the message); other failures stay exceptions (HTTP 500).
+  `InvalidArgument` (HTTP 400 with the message), `PrefillUnavailable` an `HttpError(503)`;
+  other failures stay exceptions (HTTP 500).
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
 from dynamo._core import Context
-from dynamo.llm.exceptions import InvalidArgument
+from dynamo.llm.exceptions import HttpError, InvalidArgument
 
-from handlers.errors import RequestError
+from components.backoff import Backoff
+from handlers.errors import PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -28,21 +35,46 @@ Handler = Callable[..., AsyncIterator[dict[str, Any]]]
 _CONNECT_FAILED = "Unavailable: TCP connection"
 
 
+_VALUE_ERROR_PREFIX = "InvalidRequest: ValueError: "
+
+
+# ... and a request the peer never answered (a hung process) with this one.
+_DEADLINE = "DeadlineExceeded"
+
+
 def is_connect_error(exc: BaseException) -> bool:
     return str(exc).startswith(_CONNECT_FAILED)
+
+
+def remote_error(exc: BaseException, since: float) -> BaseException:
+    """The handlers' view of an exception the prefill worker's stream raised; `since` is when
+    the request (or the wait for its next item) began."""
+    if str(exc).startswith(_DEADLINE):
+        waited = time.monotonic() - since
+        return PrefillUnavailable(f"prefill worker did not respond within {waited:.0f} s")
+    if isinstance(exc, InvalidArgument):
+        return RequestError(str(exc))
+    if isinstance(exc, ValueError) and str(exc).startswith(_VALUE_ERROR_PREFIX):
+        return RequestError(str(exc)[len(_VALUE_ERROR_PREFIX):])
+    return exc
 
 
 class RuntimePrefillClient:
     """`await generate(request, context)` -> async iterator of the prefill worker's dicts."""
 
-    def __init__(self, client: Any, connect_timeout: float = 5.0) -> None:
+    def __init__(self, client: Any, connect_timeout: float = 5.0,
+                 backoff: Optional[Backoff] = None) -> None:
         self._client = client
         self._connect_timeout = connect_timeout
-        self._dead: set[int] = set()  # instances that refused a connection
+        # Instances that refused a connection, skipped until their backoff ends. A new
+        # instance id is a new key; a restarted decode starts empty.
+        self._refused = backoff if backoff is not None else Backoff()
         self._next = 0
 
     def live_instances(self) -> list[int]:
-        return [i for i in self._client.instance_ids() if i not in self._dead]
+        ids = list(self._client.instance_ids())
+        self._refused.forget_all_but(ids)
+        return [i for i in ids if not self._refused.waiting(i)]
 
     async def wait_for_instance(self, timeout: float) -> list[int]:
         """Bounded wait until at least one prefill instance is listed."""
@@ -69,20 +101,24 @@ class RuntimePrefillClient:
         deadline = time.monotonic() + self._connect_timeout
         while True:
             for instance_id in self._candidates():
+                sent = time.monotonic()
                 try:
                     stream = await self._client.direct(
                         request, instance_id, annotated=False, context=child)
                     first = await anext(aiter(stream), None)
-                    return stream, first
                 except Exception as exc:  # the runtime raises bare Exception for transport errors
                     if not is_connect_error(exc):
-                        raise
-                    logger.warning("prefill instance %x refused the connection; skipping it",
-                                   instance_id)
-                    self._dead.add(instance_id)
+                        raise remote_error(exc, sent) from exc
+                    delay = self._refused.failed(instance_id)
+                    logger.warning("prefill instance %x refused the connection; retrying it "
+                                   "in %.1fs at the earliest", instance_id, delay)
+                    continue
+                self._refused.succeeded(instance_id)
+                return stream, first
             if time.monotonic() >= deadline:
-                raise ConnectionError("no live prefill worker accepted the request "
-                                      f"within {self._connect_timeout:.1f}s")
+                raise PrefillUnavailable("prefill worker did not respond within "
+                                         f"{self._connect_timeout:g} s (no instance accepted "
+                                         "the connection)")
             # A new instance may be starting; its listener can lag its discovery entry.
             await asyncio.sleep(0.1)
 
@@ -115,11 +151,15 @@ class PrefillStream:
         if self._first is not None:
             item, self._first = self._first, None
             return item
+        waiting_since = time.monotonic()
         try:
             return await anext(self._stream)
         except StopAsyncIteration:
             self._close(completed=True)
             raise
+        except Exception as exc:
+            self._close(completed=False)
+            raise remote_error(exc, waiting_since) from exc
         except BaseException:
             self._close(completed=False)
             raise
@@ -156,6 +196,11 @@ def translate_errors(generate: Handler) -> Handler:
         except RequestError as exc:
             logger.info("request %s rejected: %s", _request_id(context), exc)
             raise InvalidArgument(str(exc)) from None
+        except PrefillUnavailable as exc:
+            # The 1.6.1 frontend shows a 503 with its own words ("Internal server error", or
+            # "Service temporarily unavailable" in a stream): the reason is logged here.
+            logger.warning("request %s: %s", _request_id(context), exc)
+            raise HttpError(503, str(exc)) from None
         except asyncio.CancelledError:
             raise
         except Exception:

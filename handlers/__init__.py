@@ -6,15 +6,13 @@ SGLang or torch. The worker component wires engines, clients and the runtime to 
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient, TokenizerManager
 from handlers.decode import DecodeConfig, DecodeHandler
-from handlers.errors import EngineError, HandlerError, PrefillError, RequestError
-from handlers.health import (
-    FAKE_BOOTSTRAP_HOST,
-    HEALTH_CHECK_KEY,
-    decode_health_payload,
-    prefill_health_payload,
+from handlers.errors import (
+    EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
+from handlers.health import HEALTH_CHECK_KEY, decode_health_payload, prefill_health_payload
 from handlers.prefill import PrefillConfig, PrefillHandler
 from handlers.preprocess import PreprocessConfig, Preprocessor
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
 
 __all__ = [
     "BaseHandler",
@@ -30,6 +28,7 @@ __all__ = [
     "PrefillConfig",
     "PrefillError",
     "PrefillHandler",
+    "PrefillUnavailable",
     "PreprocessConfig",
     "Preprocessor",
     "RequestError",

@@ -17,11 +17,15 @@ from typing import Any, Optional, Union
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient
 from handlers.chat_stream import ChatStream
-from handlers.errors import EngineError, HandlerError, PrefillError, RequestError
+from handlers.errors import (
+    EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
+)
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
+from handlers.template_kwargs import check_template_kwargs
 from handlers.token_stream import TokenStream
+from handlers.unsupported import check_text_request, check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest
@@ -97,6 +101,7 @@ class DecodeHandler(BaseHandler):
 
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
+        check_tokens_request(req)
         self._check_choices(req.sampling_options.n)
         self._check_prompt(req.token_ids, vocab_field="token_ids")
         params = tokens_sampling_params(
@@ -109,12 +114,14 @@ class DecodeHandler(BaseHandler):
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
+        check_text_request(req)
         self._check_choices(req.n)
+        kwargs = req.template_kwargs()
+        if kwargs:
+            check_template_kwargs(kwargs, req.template_kwargs_field)
         ids = req.prompt_token_ids
         if ids is None:
-            ids = await self.preprocessor.chat_token_ids(
-                req.template_messages(), req.chat_template_kwargs
-            )
+            ids = await self.preprocessor.chat_token_ids(req.template_messages(), kwargs)
         # Our own tokenizer's ids need no vocabulary check; the client's do.
         self._check_prompt(ids, vocab_field="nvext.token_data" if req.prompt_token_ids else None)
         params = text_sampling_params(
@@ -195,7 +202,7 @@ class DecodeHandler(BaseHandler):
             if items is not None:
                 self.spawn(_aclose(items), name=f"prefill-close-{guard.rid}")
             if isinstance(exc, TimeoutError):
-                raise PrefillError(f"prefill worker sent no bootstrap info within {timeout:g} s")
+                raise PrefillUnavailable(f"prefill worker did not respond within {timeout:g} s")
             if isinstance(exc, (Stopped, HandlerError)) or not isinstance(exc, Exception):
                 raise
             # The runtime client raises its own exception types (no Dynamo import here).
@@ -216,7 +223,7 @@ class DecodeHandler(BaseHandler):
             raise PrefillError("prefill stream ended before its engine finished")
         except TimeoutError:
             guard.fail(PrefillError(f"prefill took over {self.config.prefill_timeout_s:g} s"))
-        except PrefillError as exc:
+        except (PrefillError, RequestError) as exc:  # RequestError: the prefill refused it
             guard.fail(exc)
         except Exception as exc:  # the runtime client's own exception types
             guard.fail(PrefillError(f"prefill worker failed: {exc}"))

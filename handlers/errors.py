@@ -1,5 +1,6 @@
 """The handlers' error types. The worker component translates them at the runtime boundary:
-RequestError -> Dynamo's InvalidArgument (HTTP 400 with the message), anything else -> 500.
+RequestError -> Dynamo's InvalidArgument (HTTP 400 with the message), PrefillUnavailable -> HTTP
+503, anything else -> 500.
 handlers/ never imports Dynamo."""
 
 
@@ -21,3 +22,7 @@ class EngineError(HandlerError):
 
 class PrefillError(EngineError):
     """The prefill worker did not deliver: no bootstrap info in time, or its stream failed."""
+
+
+class PrefillUnavailable(PrefillError):
+    """No prefill worker answered in time (hung, or none accepted the connection): HTTP 503."""

@@ -4,8 +4,6 @@ adapted to this project's wire."""
 
 from typing import Any
 
-from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
-
 # The prefill handler streams nothing to a decode for a marked request and hands the engine
 # SGLang's fake bootstrap host, whose "transfer" is a no-op (no decode will join the room).
 HEALTH_CHECK_KEY = "_health_check"

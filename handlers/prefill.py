@@ -18,8 +18,8 @@ from handlers.base import BaseHandler, Context, Engine
 from handlers.errors import EngineError, RequestError
 from handlers.finish import map_finish_reason
 from handlers.guard import END, RequestGuard, Stopped, next_item
-from handlers.health import FAKE_BOOTSTRAP_HOST, HEALTH_CHECK_KEY
-from protocol.bootstrap import BootstrapInfo
+from handlers.health import HEALTH_CHECK_KEY
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
 from protocol.limits import MAX_BOOTSTRAP_ROOM
 from protocol.validation import ProtocolError, parse

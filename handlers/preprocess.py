@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Optional
 from jinja2 import TemplateError
 
 from handlers.errors import RequestError
+from handlers.render_budget import RenderTimeout, within_budget
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ class PreprocessConfig:
     inline_max_chars: int = 2048
     # Jinja cost grows with the message count, not only with the characters.
     inline_max_messages: int = 16
+    # Wall-clock budget for rendering the template (not tokenizing): the model's own template
+    # renders thousands of messages in milliseconds, so only a pathological input hits it.
+    render_budget_s: float = 2.0
 
 
 class _Snapshot(NamedTuple):
@@ -44,15 +48,27 @@ class _Snapshot(NamedTuple):
     clone: Any  # the worker thread's own backend
 
 
-def encode_chat(tok: Any, messages: list[dict[str, Any]], template_kwargs: dict) -> list[int]:
-    """Render the chat template, then encode; ids only (no attention mask / type ids, which
-    hold the GIL for milliseconds on long prompts)."""
-    try:
-        prompt = tok.apply_chat_template(
+def encode_chat(tok: Any, messages: list[dict[str, Any]], template_kwargs: dict,
+                budget_s: float = 2.0) -> list[int]:
+    """Render the chat template (within `budget_s`), then encode; ids only (no attention mask
+    / type ids, which hold the GIL for milliseconds on long prompts)."""
+    def render() -> str:
+        return tok.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True, **template_kwargs
         )
+
+    try:
+        prompt = within_budget(render, budget_s)
+    except RenderTimeout as exc:
+        raise RequestError(f"messages: the chat template exceeded its time budget ({exc})"
+                           ) from None
     except TemplateError as exc:  # raised by the template itself, e.g. role order
         raise RequestError(f"messages: the chat template rejected them: {exc}") from None
+    except (TypeError, ValueError) as exc:  # a template variable of the wrong type
+        if not template_kwargs:
+            raise
+        raise RequestError(f"chat_template_kwargs: the chat template failed with them: {exc}"
+                           ) from None
     enc = tok(
         prompt,
         add_special_tokens=False,
@@ -80,11 +96,15 @@ class Preprocessor:
     async def chat_token_ids(
         self, messages: list[dict[str, Any]], template_kwargs: Optional[dict] = None
     ) -> list[int]:
-        """Template + tokenize once; the ids go to the engine and to the prefill worker."""
-        small = len(messages) <= self._cfg.inline_max_messages and (
+        """Template + tokenize once; the ids go to the engine and to the prefill worker.
+
+        Template variables always send the job to the worker thread: they can switch the
+        template onto branches whose cost the message size does not bound."""
+        small = not template_kwargs and len(messages) <= self._cfg.inline_max_messages and (
             sum(len(m.get("content") or "") for m in messages) <= self._cfg.inline_max_chars
         )
-        return await self.run(encode_chat, messages, template_kwargs or {}, inline_ok=small)
+        return await self.run(encode_chat, messages, template_kwargs or {},
+                              self._cfg.render_budget_s, inline_ok=small)
 
     async def run(self, fn: Callable[..., Any], *args: Any, inline_ok: bool = False) -> Any:
         """fn(tokenizer, *args) in arrival order; loop-side users of a slow tokenizer come

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocol.limits import MAX_CHOICES, MAX_TOKENS_LIMIT
 from protocol.preprocessed import TokenId
+from protocol.sampling_rules import MinP, Penalty, RepetitionPenalty, Seed, Temperature, TopK, TopP
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
@@ -60,22 +61,25 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     min_tokens: Optional[int] = Field(default=None, ge=0, le=MAX_TOKENS_LIMIT)
-    temperature: Optional[float] = Field(default=None, ge=0)
-    top_p: Optional[float] = Field(default=None, gt=0, le=1)
-    top_k: Optional[int] = None
-    min_p: Optional[float] = Field(default=None, ge=0, le=1)
+    temperature: Optional[Temperature] = None
+    top_p: Optional[TopP] = None
+    top_k: Optional[TopK] = None
+    min_p: Optional[MinP] = None
     n: Optional[int] = Field(default=None, ge=1, le=MAX_CHOICES)
     stop: Optional[list[str]] = None
     stop_token_ids: Optional[list[TokenId]] = None
-    seed: Optional[int] = None
+    seed: Optional[Seed] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = Field(default=None, gt=0)
+    presence_penalty: Optional[Penalty] = None
+    frequency_penalty: Optional[Penalty] = None
+    repetition_penalty: Optional[RepetitionPenalty] = None
     ignore_eos: Optional[bool] = None
     skip_special_tokens: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
+    # The 1.6.1 frontend forwards the client's chat_template_kwargs under this name, and adds
+    # its own template variables there (reasoning_effort -> enable_thinking, ...).
+    chat_template_args: Optional[dict[str, Any]] = None
     nvext: Optional[NvExt] = None
 
     @field_validator("stop", mode="before")
@@ -103,6 +107,17 @@ class ChatCompletionRequest(BaseModel):
     def prompt_token_ids(self) -> Optional[list[int]]:
         """The client's own prompt ids (`nvext.token_data`), which replace the chat template."""
         return self.nvext.token_data if self.nvext is not None else None
+
+    @property
+    def template_kwargs_field(self) -> Optional[str]:
+        """Which field carries the template variables (named in errors), if any."""
+        if self.chat_template_kwargs:
+            return "chat_template_kwargs"
+        return "chat_template_args" if self.chat_template_args else None
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Template variables; the client's own chat_template_kwargs win over the frontend's."""
+        return {**(self.chat_template_args or {}), **(self.chat_template_kwargs or {})}
 
     def template_messages(self) -> list[dict[str, Any]]:
         return [m.model_dump(exclude_none=True) for m in self.messages]

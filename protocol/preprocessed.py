@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from protocol.bootstrap import BootstrapInfo
 from protocol.limits import MAX_CHOICES, MAX_TOKENS_LIMIT
+from protocol.sampling_rules import MinP, Penalty, RepetitionPenalty, Seed, Temperature, TopK, TopP
 
 TokenId = Annotated[StrictInt, Field(ge=0)]
 
@@ -32,16 +33,16 @@ class StopConditions(_Wire):
 class SamplingOptions(_Wire):
     n: Optional[int] = Field(default=None, ge=1, le=MAX_CHOICES)
     best_of: Optional[int] = Field(default=None, ge=1)
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = Field(default=None, gt=0)
-    temperature: Optional[float] = Field(default=None, ge=0)
-    top_p: Optional[float] = Field(default=None, gt=0, le=1)
-    top_k: Optional[int] = None
-    min_p: Optional[float] = Field(default=None, ge=0, le=1)
+    presence_penalty: Optional[Penalty] = None
+    frequency_penalty: Optional[Penalty] = None
+    repetition_penalty: Optional[RepetitionPenalty] = None
+    temperature: Optional[Temperature] = None
+    top_p: Optional[TopP] = None
+    top_k: Optional[TopK] = None
+    min_p: Optional[MinP] = None
     use_beam_search: Optional[bool] = None
     length_penalty: Optional[float] = None
-    seed: Optional[int] = None
+    seed: Optional[Seed] = None
     include_stop_str_in_output: Optional[bool] = None
     guided_decoding: Optional[dict[str, Any]] = None
 
@@ -65,6 +66,7 @@ class PreprocessedRequest(_Wire):
     model: Optional[str] = None
     routing: Optional[dict[str, Any]] = None
     bootstrap_info: Optional[BootstrapInfo] = None
+    multi_modal_data: Optional[dict[str, Any]] = None
 
     def wire_dict(self) -> dict[str, Any]:
         """The known fields only, None dropped: safe to forward (extras may hold bytes)."""

@@ -1,6 +1,12 @@
+"""Fixtures shared by more than one test directory."""
+
+from collections.abc import Callable, Iterator
+
 import pytest
 
+from harness.topology import Stack
 from tests.models import model_path
+from tests.topologies import start_topology
 
 
 @pytest.fixture(scope="session")
@@ -11,3 +17,28 @@ def tiny_model_path() -> str:
 @pytest.fixture(scope="session")
 def small_model_path() -> str:
     return str(model_path("small"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture(scope="module")
+def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Stack]]:
+    """Starts the standard topology (`tests/topologies.py`) for this module's tests, in a fresh
+    directory named after `name`; every one it started is stopped after them."""
+    stacks: list[Stack] = []
+
+    def start(name: str, skip_tokenizer_init: bool, with_agg: bool = True,
+              prefill_args: tuple[str, ...] = ()) -> Stack:
+        stack = start_topology(tmp_path_factory.mktemp(name), tiny_model_path,
+                               skip_tokenizer_init, with_agg, prefill_args)
+        stacks.append(stack)
+        return stack
+
+    yield start
+    for stack in stacks:
+        stack.stop()

@@ -31,6 +31,14 @@ def load_reference(model_path: str):
     return model.eval()
 
 
+def boot(prefill_proc, **override: Any) -> dict[str, Any]:
+    """A fresh room on a prefill engine process's bootstrap server (fields overridable)."""
+    b = {"bootstrap_host": "127.0.0.1",
+         "bootstrap_port": prefill_proc.server_args["disaggregation_bootstrap_port"],
+         "bootstrap_room": random.randrange(1, 2**63)}
+    return {**b, **override}
+
+
 def random_prompt(n: int, vocab: int, seed: int) -> list[int]:
     rng = random.Random(seed)
     return [rng.randrange(3, vocab) for _ in range(n)]  # skip the special tokens 0..2

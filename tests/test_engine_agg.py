@@ -190,10 +190,13 @@ async def test_penalties_change_greedy_output(engine, penalty):
         assert len(set(pen["output_ids"])) > len(set(plain["output_ids"]))
 
 
-async def test_chunked_prefill_is_token_identical(tiny_model_path, reference):
-    """SGLang's chunked prefill: long prompts forwarded 64 tokens at a time, between decode
-    steps of the running rows, give exactly the tokens of an unchunked prefill."""
-    eng = CpuEngine(model_path=tiny_model_path, chunked_prefill_size=64, max_prefill_tokens=96)
+@pytest.mark.parametrize("mixed", [False, True])
+async def test_chunked_prefill_is_token_identical(tiny_model_path, reference, mixed):
+    """SGLang's chunked prefill: long prompts forwarded 64 tokens at a time, between (or with,
+    ``enable_mixed_chunk``) decode steps of the running rows, give exactly the tokens of an
+    unchunked prefill."""
+    eng = CpuEngine(model_path=tiny_model_path, chunked_prefill_size=64, max_prefill_tokens=96,
+                    enable_mixed_chunk=mixed)
     try:
         reqs = [(random_prompt(n, eng.vocab_size, seed=50 + n), 16) for n in (30, 200, 600)]
         wants = [reference_greedy(reference, ids, n, eng.eos_token_ids) for ids, n in reqs]

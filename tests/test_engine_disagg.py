@@ -7,7 +7,6 @@ leaves both KV pools empty.
 """
 
 import asyncio
-import random
 import time
 
 import pytest
@@ -15,8 +14,9 @@ import pytest_asyncio
 from transformers import AutoTokenizer
 
 from components.engine.engine import CpuEngine
-from tests.engine_helpers import drain, random_prompt, wait_until
-from tests.engine_proc import EngineProcess
+from harness.child import cpu_seconds
+from harness.engine_proc import EngineProcess
+from tests.engine_helpers import boot, drain, random_prompt, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -47,12 +47,6 @@ def agg(tiny_model_path):
     eng = CpuEngine(model_path=tiny_model_path)
     yield eng
     eng.shutdown()
-
-
-def boot(prefill_proc) -> dict:
-    return {"bootstrap_host": "127.0.0.1",
-            "bootstrap_port": prefill_proc.server_args["disaggregation_bootstrap_port"],
-            "bootstrap_room": random.randrange(1, 2**63)}
 
 
 async def pair(prefill, decode, ids, params, stream=False):
@@ -217,22 +211,14 @@ async def test_decode_mode_requires_bootstrap(decode):
     assert reason["status_code"] == 400 and "bootstrap" in reason["message"]
 
 
-def _proc_cpu_s(pid: int) -> float:
-    """utime + stime of a process (all threads), from /proc."""
-    import os
-
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def test_idle_engines_do_not_burn_cpu(prefill, decode, agg):
     import os
 
     await assert_pools_empty(prefill, decode)  # nothing pending from earlier tests
-    here0, child0 = _proc_cpu_s(os.getpid()), _proc_cpu_s(prefill.proc.pid)
+    here0, child0 = cpu_seconds(os.getpid()), prefill.cpu_seconds()
     await asyncio.sleep(2.0)
-    here = _proc_cpu_s(os.getpid()) - here0
-    child = _proc_cpu_s(prefill.proc.pid) - child0
+    here = cpu_seconds(os.getpid()) - here0
+    child = prefill.cpu_seconds() - child0
     # A spinning NIXL progress thread or busy loop would use ~2 s of CPU here.
     assert here < 0.2, f"idle decode + aggregated engines used {here:.2f} s CPU in 2 s"
     assert child < 0.2, f"idle prefill engine process used {child:.2f} s CPU in 2 s"

@@ -3,15 +3,14 @@ differ (bf16 vs fp16: the same bytes per token) refuse each other with a clear e
 of decoding from garbage; both KV pools end empty."""
 
 import asyncio
-import random
 import time
 
 import pytest
 import pytest_asyncio
 
 from components.engine.engine import CpuEngine
-from tests.engine_helpers import wait_until
-from tests.engine_proc import EngineProcess
+from harness.engine_proc import EngineProcess
+from tests.engine_helpers import boot, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -37,9 +36,7 @@ def decode(tiny_model_path):
 
 async def test_dtype_mismatch_fails_the_request_naming_both_layouts(prefill, decode):
     ids, params = [1, 2, 3, 4, 5], {"temperature": 0.0, "max_new_tokens": 4}
-    b = {"bootstrap_host": "127.0.0.1",
-         "bootstrap_port": prefill.server_args["disaggregation_bootstrap_port"],
-         "bootstrap_room": random.randrange(1, 2**63)}
+    b = boot(prefill)
     p_task = asyncio.create_task(prefill.final(input_ids=ids, sampling_params=params, **b))
     d = await asyncio.wait_for(decode.async_generate(input_ids=ids, sampling_params=params, **b),
                                10)

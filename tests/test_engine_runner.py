@@ -6,7 +6,8 @@ import torch
 
 from components.engine.batch import Batch, PrefillChunk
 from components.engine.kv_pool import KVPool
-from components.engine.model_runner import ModelRunner, read_model_shape
+from components.engine.model_facts import read_model_shape
+from components.engine.model_runner import ModelRunner
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Sequence
 from tests.engine_helpers import load_reference, random_prompt

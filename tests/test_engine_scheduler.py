@@ -176,3 +176,23 @@ def test_chunked_prefill_streams_the_same_tokens(tiny_model_path, chunk):
         assert max(pieces) <= (size or 10**9) and sum(pieces) == len(text) + 1
         assert sched.pool.pages_in_use == 0
     assert outs[0] == outs[1] == (text, "decoding meanwhile")
+
+
+def test_mixed_chunks_share_the_decode_forward(tiny_model_path):
+    """SGLang's enable_mixed_chunk: every step carries the running rows, so a long prompt
+    delays them by one chunk, never by its whole prefill; the tokens stay the same."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    sched = make_scheduler(tok, chunked_prefill_size=8)
+    sched.cfg = SchedulerConfig(8, 8192, 8, enable_mixed_chunk=True)
+    runner = ScriptedRunner(VOCAB)
+    running = submit(sched, byte_token_ids(tok, "already decoding"), max_new_tokens=60)
+    while not running:  # its own prompt goes in chunks too
+        step(sched, runner)
+    text = "a long prompt forwarded in chunks of eight tokens"
+    late = submit(sched, byte_token_ids(tok, text), max_new_tokens=60)
+    first = len(runner.batches)
+    run(sched, runner)
+    shapes = [(len(b.prefill), len(b.decode)) for b in runner.batches[first:]]
+    assert shapes[:7] == [(1, 1)] * 7  # 50 prompt tokens: 7 chunks, each with the decode row
+    assert "".join(c["text"] for c in late) == text
+    assert "".join(c["text"] for c in running) == "already decoding"

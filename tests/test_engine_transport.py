@@ -6,103 +6,20 @@ known data (no model).
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
-from tests.transport_peer import Harness
+from harness.transport_peer import Peer
+from harness.transport_side import TransportSide, poll_until
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-HARNESS = os.path.join(HERE, "transport_peer.py")
-REPO = os.path.dirname(os.path.dirname(HARNESS))
 HOST = "127.0.0.1"
 
 
-class Peer:
-    """A harness in its own process (own session), driven over stdin/stdout JSON lines."""
-
-    def __init__(self, role: str, bootstrap_timeout: float = 5.0,
-                 transfer_timeout: float = 5.0) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, HARNESS, "--role", role, "--bootstrap-timeout", str(bootstrap_timeout),
-             "--transfer-timeout", str(transfer_timeout)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO, start_new_session=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        self._lines: queue.Queue[dict] = queue.Queue()
-        self.seen: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.ready = self.wait(lambda e: e["event"] == "ready", 60)
-        self.port = self.ready["port"]
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self._lines.put(json.loads(line))  # the harness writes only JSON lines here
-
-    def send(self, **cmd) -> None:
-        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def wait(self, pred: Callable[[dict], bool], timeout: float,
-             drive: Harness | None = None) -> dict:
-        """First event (past or new) matching ``pred``; polls ``drive`` meanwhile."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for ev in self.seen:
-                if pred(ev):
-                    self.seen.remove(ev)
-                    return ev
-            if drive is not None:
-                drive.poll(0.005)
-            try:
-                self.seen.append(self._lines.get(timeout=0 if drive else 0.05))
-            except queue.Empty:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no matching peer event within {timeout} s; seen {self.seen}")
-
-    def request(self, drive: Harness | None = None, **cmd) -> dict:
-        self.send(**cmd)
-        return self.wait(lambda e: e["event"] in ("ok", "check", "stats"), 10, drive)
-
-    def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-
-
-def drive_until(h: Harness, pred: Callable[[dict], bool], timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for ev in list(h.events):
-            if pred(ev):
-                h.events.remove(ev)
-                return ev
-        h.poll(0.01)
-    raise TimeoutError(f"no matching event within {timeout} s; events {h.events}")
-
-
-def transfer_room(peer: Peer, dec: Harness, room: int, tokens: int) -> None:
+def transfer_room(peer: Peer, dec: TransportSide, room: int, tokens: int) -> None:
     dec.add_decode(room, HOST, peer.port, tokens)
     peer.request(dec, op="add_prefill", room=room, tokens=tokens, first_token=room % 1000)
-    drive_until(dec, lambda e: e.get("room") == room and e["event"] == "arrived", 10)
+    poll_until([dec], lambda e: e.get("room") == room and e["event"] == "arrived", 10)
     peer.wait(lambda e: e == {"event": "done", "room": room}, 10, dec)
     dec.free(room)
 
@@ -116,13 +33,13 @@ def prefill_peer():
 
 @pytest.fixture(scope="module")
 def decode_side(prefill_peer):
-    dec = Harness("decode", bootstrap_timeout=5.0, transfer_timeout=10.0)
+    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=10.0)
     transfer_room(prefill_peer, dec, 1, 8)  # warm-up: connection, hello, UCX wire-up
     yield dec
     dec.close()
 
 
-def assert_no_pages_held(peer: Peer, dec: Harness) -> None:
+def assert_no_pages_held(peer: Peer, dec: TransportSide) -> None:
     stats = peer.request(dec, op="stats")
     assert stats["pages_in_use"] == 0 and not stats["busy"]
     assert dec.pool.pages_in_use == 0 and not dec.transport.busy
@@ -139,7 +56,8 @@ def test_concurrent_rooms_arrive_bit_exact_with_either_side_first(prefill_peer, 
     for room in prefill_first:
         dec.add_decode(room, HOST, peer.port, rooms[room])
     for room in rooms:
-        ev = drive_until(dec, lambda e, r=room: e.get("room") == r and e["event"] != "released", 15)
+        ev = poll_until([dec], lambda e, r=room: e.get("room") == r and e["event"] != "released",
+                        15)
         assert ev == {"event": "arrived", "room": room, "first_token": room + 7}
         assert dec.check(room), f"room {room}: KV differs from what prefill held"
         dec.free(room)
@@ -155,7 +73,8 @@ def test_decode_abort_reaches_prefill(prefill_peer, decode_side):
     dec.transport.abort(201, "client disconnected")
     start = time.monotonic()
     # Released on the prefill's ack, far sooner than the 10 s grace.
-    assert drive_until(dec, lambda e: e.get("room") == 201, 5) == {"event": "released", "room": 201}
+    ev = poll_until([dec], lambda e: e.get("room") == 201, 5)
+    assert ev == {"event": "released", "room": 201}
     assert time.monotonic() - start < 3
     peer.request(dec, op="add_prefill", room=201, tokens=40, first_token=1)
     ev = peer.wait(lambda e: e.get("room") == 201, 5, dec)
@@ -169,17 +88,18 @@ def test_prefill_abort_reaches_decode(prefill_peer, decode_side):
     dec.add_decode(301, HOST, peer.port, 40)
     transfer_room(peer, dec, 302, 4)  # the registration of 301 reached the prefill by now
     peer.request(dec, op="abort", room=301, message="prefill request cancelled")
-    ev = drive_until(dec, lambda e: e.get("room") == 301, 5)
+    ev = poll_until([dec], lambda e: e.get("room") == 301, 5)
     assert ev["event"] == "failed" and "prefill request cancelled" in ev["message"]
-    assert drive_until(dec, lambda e: e.get("room") == 301, 5) == {"event": "released", "room": 301}
+    ev = poll_until([dec], lambda e: e.get("room") == 301, 5)
+    assert ev == {"event": "released", "room": 301}
     # The prefill gives up first; the decode registers afterwards.
     peer.request(dec, op="add_prefill", room=303, tokens=40, first_token=1)
     peer.request(dec, op="abort", room=303, message="prefill failed")
     assert peer.wait(lambda e: e.get("room") == 303, 5, dec)["event"] == "failed"
     dec.add_decode(303, HOST, peer.port, 40)
-    ev = drive_until(dec, lambda e: e.get("room") == 303, 5)
+    ev = poll_until([dec], lambda e: e.get("room") == 303, 5)
     assert ev["event"] == "failed" and "prefill failed" in ev["message"]
-    assert drive_until(dec, lambda e: e.get("room") == 303, 5)["event"] == "released"
+    assert poll_until([dec], lambda e: e.get("room") == 303, 5)["event"] == "released"
     assert_no_pages_held(peer, dec)
 
 
@@ -196,18 +116,18 @@ def test_idle_transports_do_not_burn_cpu(prefill_peer, decode_side):
 
 def test_killed_prefill_fails_decode_room_within_transfer_timeout():
     peer = Peer("prefill")
-    dec = Harness("decode", bootstrap_timeout=5.0, transfer_timeout=4.0)
+    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=4.0)
     try:
         transfer_room(peer, dec, 401, 8)
         dec.add_decode(402, HOST, peer.port, 40)
         dec.poll(0.05)
-        os.killpg(peer.proc.pid, signal.SIGKILL)
+        peer.kill()
         start = time.monotonic()
-        ev = drive_until(dec, lambda e: e.get("room") == 402, 6)
+        ev = poll_until([dec], lambda e: e.get("room") == 402, 6)
         # The side channel's TCP connection drops with the process: no need to wait the timeout.
         assert ev["event"] == "failed" and "lost the connection" in ev["message"], ev
         assert time.monotonic() - start < 4.0
-        assert drive_until(dec, lambda e: e.get("room") == 402, 6)["event"] == "released"
+        assert poll_until([dec], lambda e: e.get("room") == 402, 6)["event"] == "released"
         assert dec.pool.pages_in_use == 0 and not dec.transport.busy
     finally:
         dec.close()

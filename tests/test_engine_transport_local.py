@@ -11,6 +11,7 @@ import torch
 import zmq
 
 from components.engine.kv_transport import KVTransport
+from harness.transport_side import TransportSide, expected_kv, poll_until
 from protocol.kv_side_channel import (
     Abort,
     Hello,
@@ -19,27 +20,14 @@ from protocol.kv_side_channel import (
     encode,
     to_decode_decoder,
 )
-from tests.transport_peer import Harness, expected_kv
 
 HOST = "127.0.0.1"
 
 
-def poll_until(sides, pred, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for h in sides:
-            h.poll(0.005)
-            for ev in list(h.events):
-                if pred(ev):
-                    h.events.remove(ev)
-                    return ev
-    raise TimeoutError(f"no matching event within {timeout} s: {[h.events for h in sides]}")
-
-
 @pytest.fixture
 def pair():
-    pre = Harness("prefill", bootstrap_timeout=5.0, transfer_timeout=5.0)
-    dec = Harness("decode", bootstrap_timeout=5.0, transfer_timeout=5.0)
+    pre = TransportSide("prefill", bootstrap_timeout=5.0, transfer_timeout=5.0)
+    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=5.0)
     yield pre, dec
     pre.close()
     dec.close()
@@ -55,7 +43,7 @@ def run_room(pre, dec, room, tokens=24):
 
 
 def test_prefill_room_fails_when_decode_never_registers():
-    pre = Harness("prefill", bootstrap_timeout=1.0, transfer_timeout=5.0)
+    pre = TransportSide("prefill", bootstrap_timeout=1.0, transfer_timeout=5.0)
     try:
         start = time.monotonic()
         pre.add_prefill(11, 30, first_token=1)
@@ -73,7 +61,7 @@ def test_decode_room_fails_when_no_prefill_listens():
     with socket.socket() as s:  # a port nobody listens on
         s.bind((HOST, 0))
         port = s.getsockname()[1]
-    dec = Harness("decode", bootstrap_timeout=5.0, transfer_timeout=1.0)
+    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=1.0)
     try:
         start = time.monotonic()
         dec.add_decode(12, HOST, port, 30)
@@ -159,7 +147,7 @@ def test_misuse_raises_clear_errors(pair):
 
 
 def test_fresh_decode_transport_waits_without_spinning():
-    dec = Harness("decode", bootstrap_timeout=1.0, transfer_timeout=1.0)
+    dec = TransportSide("decode", bootstrap_timeout=1.0, transfer_timeout=1.0)
     try:
         cpu, start = time.process_time(), time.monotonic()
         assert dec.transport.poll(1.0) == []

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from components.engine.config import EngineConfig
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
@@ -147,11 +146,6 @@ def test_sampler_seeded_reproducible_and_filters():
 
 
 # ---- detokenizer ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
 def test_detokenizer_never_emits_half_a_character(tokenizer):
     text = "héllo 世界 🙂!"
     ids = byte_token_ids(tokenizer, text)

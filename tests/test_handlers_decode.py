@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import EngineError, PrefillError, RequestError
+from handlers.errors import EngineError, PrefillError, PrefillUnavailable, RequestError
 from tests.handler_fakes import (
     BOOT,
     FakeContext,
@@ -110,22 +110,40 @@ async def test_bootstrap_wait_is_bounded():
     prefill = FakePrefillClient(silent)
     handler = DecodeHandler(engine, DISAGG, prefill)
     started = asyncio.get_running_loop().time()
-    with pytest.raises(PrefillError, match="no bootstrap info within 0.3 s"):
+    with pytest.raises(PrefillUnavailable, match="prefill worker did not respond within 0.3 s"):
         await collect(handler.generate(REQUEST, FakeContext()))
     assert asyncio.get_running_loop().time() - started < 2
     assert engine.calls == []
     await wait_until(lambda: prefill.closed.is_set())
 
 
-@pytest.mark.parametrize("first", [{"error": "no capacity"}, {"bootstrap_host": "h"}, None])
-async def test_bad_first_prefill_item_fails_the_request(first):
+@pytest.mark.parametrize("first", [
+    {"error": "no capacity"}, {"bootstrap_host": "h"}, None,
+    {**BOOT, "bootstrap_host": "*"}, {**BOOT, "bootstrap_host": "bad host"},
+    {**BOOT, "bootstrap_host": "0.0.0.0"}, {**BOOT, "bootstrap_port": 70000},
+])
+async def test_bad_first_prefill_item_fails_the_request_alone(first):
+    """Also a malformed bootstrap host or port: that request fails with a message naming the
+    field, the engine never sees it, the prefill is stopped, and the next request is served."""
     async def items(request):
-        if first is not None:
-            yield first
+        if len(prefill.requests) == 1:  # the first request gets the bad item
+            if first is not None:
+                yield first
+            return
+        yield dict(BOOT)
+        yield {"finished": True}
 
-    with pytest.raises(PrefillError):
-        await collect(DecodeHandler(FakeEngine(CHUNKS), DISAGG,
-                                    FakePrefillClient(items)).generate(REQUEST, FakeContext()))
+    engine, prefill = FakeEngine(CHUNKS), FakePrefillClient(items)
+    handler = DecodeHandler(engine, DISAGG, prefill)
+    with pytest.raises(PrefillError) as info:
+        await collect(handler.generate(REQUEST, FakeContext()))
+    if first and "bootstrap_port" in first and first != {"bootstrap_host": "h"}:
+        field = "bootstrap_host" if first["bootstrap_port"] == BOOT["bootstrap_port"] else (
+            "bootstrap_port")
+        assert f"bad bootstrap info: {field}: " in str(info.value)
+    assert engine.calls == []
+    await wait_until(lambda: prefill.closed.is_set())
+    assert len(await collect(handler.generate(REQUEST, FakeContext()))) == len(CHUNKS)
 
 
 async def test_prefill_failure_aborts_the_decode_engine_and_errors():

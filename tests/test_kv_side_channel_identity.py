@@ -7,21 +7,9 @@ import time
 
 import pytest
 
+from harness.transport_side import TransportSide, poll_until
 from protocol.kv_side_channel import Abort, Hello, KVNotif, Register, encode
 from tests.kv_rogue import HOST, Rogue, RogueAgent
-from tests.transport_peer import Harness
-
-
-def poll_until(sides, pred, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for h in sides:
-            h.poll(0.005)
-            for ev in list(h.events):
-                if pred(ev):
-                    h.events.remove(ev)
-                    return ev
-    raise TimeoutError(f"no matching event within {timeout} s: {[h.events for h in sides]}")
 
 
 def run_room(pre, dec, room, tokens=24):
@@ -36,8 +24,8 @@ def run_room(pre, dec, room, tokens=24):
 
 @pytest.fixture
 def pair():
-    pre = Harness("prefill", bootstrap_timeout=5.0, transfer_timeout=5.0)
-    dec = Harness("decode", bootstrap_timeout=5.0, transfer_timeout=5.0)
+    pre = TransportSide("prefill", bootstrap_timeout=5.0, transfer_timeout=5.0)
+    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=5.0)
     rogue = Rogue(pre.transport.bootstrap_port)
     yield pre, dec, rogue
     rogue.close()

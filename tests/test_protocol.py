@@ -83,9 +83,13 @@ def test_frontend_tokens_request_parses_and_keeps_unknown_fields():
             {"stop_conditions": {"max_tokens": MAX_TOKENS_LIMIT + 1}},
             f"stop_conditions.max_tokens: must be <= {MAX_TOKENS_LIMIT}",
         ),
-        ({"sampling_options": {"temperature": -0.1}}, "sampling_options.temperature: must be >= 0"),
-        ({"sampling_options": {"top_p": 0}}, "sampling_options.top_p: must be > 0"),
-        ({"sampling_options": {"top_p": 1.5}}, "sampling_options.top_p: must be <= 1"),
+        (
+            {"sampling_options": {"temperature": -0.1}},
+            "sampling_options.temperature: must be >= 0, got -0.1",
+        ),
+        ({"sampling_options": {"top_p": 0}}, "sampling_options.top_p: must be in (0, 1], got 0.0"),
+        ({"sampling_options": {"top_p": 1.5}}, "sampling_options.top_p: must be in (0, 1], "
+                                               "got 1.5"),
         ({"sampling_options": {"n": 0}}, "sampling_options.n: must be >= 1"),
     ],
 )
@@ -118,8 +122,8 @@ def test_many_bad_ids_give_a_short_message():
         ),
         ({"max_tokens": -1}, "max_tokens: must be >= 1"),
         ({"max_completion_tokens": 0}, "max_completion_tokens: must be >= 1"),
-        ({"temperature": -1}, "temperature: must be >= 0"),
-        ({"top_p": 0.0}, "top_p: must be > 0"),
+        ({"temperature": -1}, "temperature: must be >= 0, got -1.0"),
+        ({"top_p": 0.0}, "top_p: must be in (0, 1], got 0.0"),
         ({"n": 0}, "n: must be >= 1"),
         ({"stop": ""}, "stop: stop strings must be non-empty"),
         ({"stop_token_ids": [-3]}, "stop_token_ids[0]: must be >= 0"),
@@ -248,3 +252,16 @@ def test_wire_shapes():
     assert chunk["choices"][0] == {"index": 0, "delta": {"role": "assistant", "content": "hi"},
                                    "finish_reason": None}
     assert "usage" not in chunk
+
+
+@pytest.mark.parametrize("host", ["*", "bad host", "0.0.0.0", "::", "[::]", "a..b", "-x.org",
+                                  "tcp://10.0.0.1", "h:80", "x" * 254, "ex*mple.com"])
+def test_bootstrap_host_must_be_a_dialable_name_or_address(host):
+    data = {"bootstrap_host": host, "bootstrap_port": 1, "bootstrap_room": 1}
+    assert _error(BootstrapInfo, data).startswith("bootstrap_host: must be a ")
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "10.0.0.1", "::1", "[fe80::1]",
+                                  "prefill-0.svc.cluster.local", "2.2.2.2"])
+def test_bootstrap_host_accepts_names_and_addresses(host):
+    assert BootstrapInfo(bootstrap_host=host, bootstrap_port=1, bootstrap_room=1)

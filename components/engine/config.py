@@ -54,6 +54,11 @@ class EngineConfig:
     # SGLang's chunked prefill: a longer prompt is forwarded in pieces of at most this many
     # tokens, with decode steps of the running batch between them. None or -1: off.
     chunked_prefill_size: int | None = None
+    # SGLang's mixed chunked prefill: a step forwards the prefill chunks and the running rows'
+    # decode tokens together, so a long prompt delays running rows by one chunk at most.
+    enable_mixed_chunk: bool = False
+    # SGLang's radix cache is on by default; this flag turns the prefix cache off.
+    disable_radix_cache: bool = False
     # Shared secret of the KV side channel (HMAC of each peer's Hello); the same on every prefill
     # and decode. None: peers are not authenticated (fine while the bootstrap server listens on
     # loopback or a private network).
@@ -95,6 +100,9 @@ class EngineConfig:
             object.__setattr__(self, "chunked_prefill_size", None)
         if self.chunked_prefill_size is not None:
             _require_int_range("chunked_prefill_size", self.chunked_prefill_size, 1, 1 << 31)
+        for name in ("enable_mixed_chunk", "disable_radix_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
         if self.context_length is not None:
             _require_int_range("context_length", self.context_length, 2, 1 << 31)
         for name in ("bootstrap_timeout", "transfer_timeout"):

@@ -26,10 +26,9 @@ from components.engine.kv_pool import KVPool, PageRun
 from components.engine.kv_transport import (
     KVArrived, KVTransport, RoomReleased, TransferDone, TransferFailed, engine_peering,
 )
-from components.engine.request_checks import InvalidRequest
+from components.engine.request_checks import InvalidRequest, bootstrap_problem
 from components.engine.sequence import Sequence, Status
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
-from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 
 logger = logging.getLogger(__name__)
 
@@ -157,11 +156,20 @@ class DisaggCoordinator:
             if seq.pages is not None:  # keep them until the transport reports the room settled
                 self._hold(room, seq.pages)
                 return True
-        elif (self.role == DisaggregationMode.PREFILL and prev is Status.WAITING
-              and _valid_room(room) and room not in self._held):
-            # Never reached the transport: tell a decode that registered it not to wait.
-            self.transport.abort(room, message)
+        elif prev in (Status.WAITING, Status.PREFILLING) and room not in self._held:
+            self._abort_unstarted(seq, message)
         return False
+
+    def _abort_unstarted(self, seq: Sequence, message: str) -> None:
+        """The request ends before its room reached the transport (rejected or cancelled while
+        queued): the peer engine must not wait for it until its own timeout."""
+        if bootstrap_problem(seq.bootstrap) is not None:
+            return  # nothing reachable to tell
+        b = seq.bootstrap
+        if self.role == DisaggregationMode.PREFILL:  # a decode may have registered the room
+            self.transport.abort(b.room, message)
+        else:  # the prefill may have computed, or be computing, the room's KV
+            self.transport.abort_unregistered(b.room, b.host, b.port, message)
 
     def poll(self, timeout_s: float) -> list[Action]:
         actions: list[Action] = []
@@ -230,10 +238,6 @@ class DisaggCoordinator:
     def _release(self, room: int) -> list[Action]:
         held = self._held.pop(room, None)
         return [Free(held[0])] if held is not None else []
-
-
-def _valid_room(room: object) -> bool:
-    return type(room) is int and MIN_BOOTSTRAP_ROOM <= room <= MAX_BOOTSTRAP_ROOM
 
 
 def _is_fake(seq: Sequence) -> bool:

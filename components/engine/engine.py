@@ -98,6 +98,10 @@ class CpuEngine(SyncGenerateMixin):
         """KV pool pages held by live requests (tests assert it returns to 0)."""
         return self._loop.pages_in_use()
 
+    def kv_pages_cached(self) -> int:
+        """KV pool pages the prefix cache keeps for repeated prefixes (evicted on demand)."""
+        return self._loop.cached_pages()
+
     # ---- generation ---------------------------------------------------------------------------
     async def async_generate(
         self,

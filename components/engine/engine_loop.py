@@ -14,18 +14,21 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import AutoTokenizer
 
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.disagg import DisaggCoordinator
 from components.engine.kv_pool import KVPool
 from components.engine.loop_batcher import LoopBatcher
-from components.engine.model_runner import TORCH_DTYPES, ModelRunner, read_model_shape
+from components.engine.model_facts import context_length, eos_token_ids, read_model_shape
+from components.engine.model_runner import TORCH_DTYPES, ModelRunner
 from components.engine.output_processor import OutputProcessor, finish_abort
+from components.engine.prefix_cache import PrefixCache
 from components.engine.request_checks import Limits
 from components.engine.scheduler import Scheduler, SchedulerConfig
 from components.engine.sequence import Sequence
@@ -95,8 +98,15 @@ class EngineLoop:
                 logger.error("CPU engine thread did not stop within %.0f s", timeout)
 
     def pages_in_use(self) -> int:
-        pool = self._pool
-        return pool.pages_in_use if pool is not None else 0
+        """Pages held by requests (and by a peer's transfer), not by the prefix cache."""
+        pool, sched = self._pool, self._sched
+        if pool is None or sched is None:
+            return 0
+        return pool.pages_in_use - (sched.cache.pages if sched.cache is not None else 0)
+
+    def cached_pages(self) -> int:
+        sched = self._sched
+        return sched.cache.pages if sched is not None and sched.cache is not None else 0
 
     # ---- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -121,7 +131,7 @@ class EngineLoop:
         torch.set_num_threads(cfg.num_threads)
         torch.manual_seed(cfg.random_seed)
         shape = read_model_shape(cfg.model_path)
-        context = _context_length(cfg, shape.max_position_embeddings)
+        context = context_length(cfg.context_length, shape.max_position_embeddings)
         dtype = TORCH_DTYPES[cfg.dtype]
         token_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
         self._pool = pool = KVPool(shape.num_layers, shape.num_kv_heads, shape.head_dim,
@@ -130,7 +140,7 @@ class EngineLoop:
         tokenizer = None
         if not cfg.skip_tokenizer_init:  # the engine thread's own copy (never shared)
             tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        eos = _eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
+        eos = eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
         mode = cfg.disaggregation_mode
         processor = OutputProcessor(tokenizer, eos, runner.vocab_size, cfg.stream_interval,
                                     cfg.random_seed, mode == DisaggregationMode.PREFILL)
@@ -138,9 +148,12 @@ class EngineLoop:
         if mode != DisaggregationMode.NULL:
             disagg = DisaggCoordinator(cfg, pool, runner.vocab_size)
         sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
-                                    cfg.chunked_prefill_size)
+                                    cfg.chunked_prefill_size, cfg.enable_mixed_chunk)
         limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)
-        self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg)
+        cache = None
+        if not cfg.disable_radix_cache and mode != DisaggregationMode.DECODE:
+            cache = PrefixCache(pool)  # decode engines receive every page from the prefill
+        self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg, cache)
         port = disagg.bootstrap_port if disagg is not None else None
         self.info = EngineInfo(runner.vocab_size, context, pool.num_pages, cfg.page_size,
                                pool.num_tokens, eos, port)
@@ -172,9 +185,17 @@ class EngineLoop:
 
     def _step(self) -> None:
         batch = self._sched.schedule()
-        if batch:
-            logits = self._runner.forward(batch)
-            self._sched.update(self._sched.processor.postprocess(batch, logits))
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        logits = self._runner.forward(batch)
+        if batch.prefill and logger.isEnabledFor(logging.DEBUG):
+            ms = (time.perf_counter() - t0) * 1e3  # benchmarks read these records
+            for chunk in batch.prefill:
+                if chunk.completes_prompt:
+                    logger.debug("prefill rid=%s %d tokens in %.1f ms", chunk.seq.rid,
+                                 chunk.seq.prompt_len, ms)
+        self._sched.update(self._sched.processor.postprocess(batch, logits))
 
     def _drain(self, timeout: float | None) -> bool:
         """Apply queued commands; block up to ``timeout`` for the first. False on stop."""
@@ -215,38 +236,3 @@ class EngineLoop:
             self._sched.close()
             self._batcher.flush()
         logger.info("CPU engine thread stopped")
-
-
-def _context_length(cfg: EngineConfig, model_max: int | None) -> int:
-    if cfg.context_length is None:
-        if model_max is None:
-            raise ValueError("the model config has no max_position_embeddings; set context_length")
-        return model_max
-    if model_max is not None and cfg.context_length > model_max:
-        raise ValueError(
-            f"context_length={cfg.context_length} exceeds the model's "
-            f"max_position_embeddings={model_max}"
-        )
-    return cfg.context_length
-
-
-def _eos_token_ids(model_path: str, model_config: Any, tokenizer: Any) -> frozenset[int]:
-    """EOS ids from generation_config.json, the model config and the tokenizer (as SGLang)."""
-    ids: set[int] = set()
-    try:
-        gen = GenerationConfig.from_pretrained(model_path)
-        ids |= _as_set(gen.eos_token_id)
-    except OSError:
-        logger.info("no generation_config.json in %s", model_path)
-    ids |= _as_set(getattr(model_config, "eos_token_id", None))
-    if tokenizer is not None:
-        ids |= _as_set(tokenizer.eos_token_id)
-    return frozenset(ids)
-
-
-def _as_set(value: Any) -> set[int]:
-    if value is None:
-        return set()
-    if isinstance(value, int):
-        return {value}
-    return {int(v) for v in value}

@@ -7,43 +7,18 @@ than one OS thread of a process, so all torch work stays on the engine thread.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
 from components.engine import attention
 from components.engine.attention import Segment, StepMeta
 from components.engine.batch import Batch
+from components.engine.config import DTYPES
 from components.engine.kv_pool import KVPool
 
 logger = logging.getLogger(__name__)
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    max_position_embeddings: int | None
-
-
-def read_model_shape(model_path: str) -> ModelShape:
-    """The dimensions the KV pool needs, from config.json alone (no weights loaded)."""
-    cfg = AutoConfig.from_pretrained(model_path)
-    cfg = getattr(cfg, "text_config", None) or cfg
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return ModelShape(
-        num_layers=cfg.num_hidden_layers,
-        num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
-        head_dim=head_dim,
-        vocab_size=cfg.vocab_size,
-        max_position_embeddings=getattr(cfg, "max_position_embeddings", None),
-    )
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}  # the names EngineConfig takes
 
 
 class ModelRunner:

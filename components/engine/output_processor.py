@@ -16,7 +16,7 @@ import torch
 
 from components.engine.batch import Batch
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
-from components.engine.sampling import SamplingState, make_generator, sample
+from components.engine.sampling import SamplingFailed, SamplingState, make_generator, sample
 from components.engine.sequence import Sequence
 
 logger = logging.getLogger(__name__)
@@ -67,11 +67,14 @@ class OutputProcessor:
         """Sample each row's next token, append it, stream what is due. -> per sampled row
         ``(seq, token, finish reason or None)``; the scheduler applies the finishes."""
         rows = batch.sampled
-        tokens = sample(logits, [s.sampling for s in rows])
         out = []
-        for seq, token in zip(rows, tokens):
-            deferred = self._defer_first_token and not seq.output_ids
-            out.append((seq, token, None if deferred else self.append(seq, token)))
+        for seq, token in zip(rows, sample(logits, [s.sampling for s in rows])):
+            if isinstance(token, SamplingFailed):  # this request alone; its parameters did it
+                out.append((seq, -1, finish_abort(token.message, 400)))
+            elif self._defer_first_token and not seq.output_ids:
+                out.append((seq, token, None))
+            else:
+                out.append((seq, token, self.append(seq, token)))
         return out
 
     def append(self, seq: Sequence, token: int) -> FinishReason | None:
@@ -144,7 +147,7 @@ def build_chunk(seq: Sequence, with_text: bool, output_ids: list[int], text: str
         "finish_reason": seq.finish_reason,
         "prompt_tokens": seq.prompt_len,
         "completion_tokens": len(seq.output_ids),
-        "cached_tokens": 0,
+        "cached_tokens": seq.cached_tokens,
     }
     if seq.finish_reason is not None:
         meta["e2e_latency"] = time.perf_counter() - seq.created_at

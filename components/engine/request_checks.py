@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.engine.config import DisaggregationMode
-from components.engine.sequence import Sequence
-from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
+from components.engine.sequence import Bootstrap, Sequence
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, host_problem
 from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 
 
@@ -73,17 +73,22 @@ def check_bootstrap(seq: Sequence, limits: Limits) -> None:
             f"A {mode}-mode engine needs bootstrap_host, bootstrap_port and bootstrap_room "
             "on every request"
         )
-    room = seq.bootstrap.room
-    if (seq.bootstrap.host == FAKE_BOOTSTRAP_HOST and type(room) is int
-            and 0 <= room <= MAX_BOOTSTRAP_ROOM):
-        return
+    problem = bootstrap_problem(seq.bootstrap)
+    if problem is not None:
+        raise InvalidRequest(problem)
+
+
+def bootstrap_problem(boot: Bootstrap) -> str | None:
+    """Why the triple names no room on a reachable bootstrap server (None: it does)."""
+    room = boot.room
+    if boot.host == FAKE_BOOTSTRAP_HOST and type(room) is int and 0 <= room <= MAX_BOOTSTRAP_ROOM:
+        return None
     if type(room) is not int or not MIN_BOOTSTRAP_ROOM <= room <= MAX_BOOTSTRAP_ROOM:
-        raise InvalidRequest(f"bootstrap_room must be an integer in [1, 2**63), got {room!r}")
-    port = seq.bootstrap.port
-    if type(port) is not int or not 1 <= port <= 65535:
-        raise InvalidRequest(f"bootstrap_port must be an integer in [1, 65535], got {port!r}")
-    if not isinstance(seq.bootstrap.host, str) or not seq.bootstrap.host:
-        raise InvalidRequest("bootstrap_host must be a non-empty host name or address")
+        return f"bootstrap_room must be an integer in [1, 2**63), got {room!r}"
+    if type(boot.port) is not int or not 1 <= boot.port <= 65535:
+        return f"bootstrap_port must be an integer in [1, 65535], got {boot.port!r}"
+    problem = host_problem(boot.host)
+    return None if problem is None else f"bootstrap_host: {problem}"
 
 
 def plan_budget(seq: Sequence, limits: Limits) -> int:

@@ -33,17 +33,36 @@ def make_generator(params: SamplingParams, fallback_seed: int) -> torch.Generato
     return g
 
 
+@dataclass(frozen=True)
+class SamplingFailed:
+    """A row whose parameters made its distribution uncomputable; only that request fails."""
+
+    message: str
+
+
 @torch.inference_mode()
-def sample(logits: torch.Tensor, states: list[SamplingState]) -> list[int]:
-    """``logits`` [B, V] float32 (modified in place) -> one token id per row."""
-    tokens = []
+def sample(logits: torch.Tensor, states: list[SamplingState]) -> list[int | SamplingFailed]:
+    """``logits`` [B, V] float32 (modified in place) -> one token id per row, or why the row's
+    own parameters (penalties, bias, temperature) left nothing finite to sample from."""
     for row, st in zip(logits, states):
         _apply_penalties(row, st)
-        if st.params.is_greedy:
-            tokens.append(int(torch.argmax(row)))
+    # -inf is a mask (min_new_tokens); NaN or +inf means a row's own values overflowed.
+    broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=-1).tolist()
+    out: list[int | SamplingFailed] = []
+    for row, st, bad in zip(logits, states, broken):
+        if bad:
+            out.append(_failed("the penalties or logit_bias"))
+        elif st.params.is_greedy:
+            out.append(int(torch.argmax(row)))
         else:
-            tokens.append(_draw(row, st.params, st.generator))
-    return tokens
+            out.append(_draw(row, st.params, st.generator))
+    return out
+
+
+def _failed(cause: str) -> SamplingFailed:
+    return SamplingFailed(
+        f"sampling failed: {cause} of this request made the token probabilities non-finite "
+        "in float32; use values closer to the defaults")
 
 
 def _apply_penalties(row: torch.Tensor, st: SamplingState) -> None:
@@ -64,8 +83,11 @@ def _apply_penalties(row: torch.Tensor, st: SamplingState) -> None:
         row[list(st.stop_ids)] = float("-inf")
 
 
-def _draw(row: torch.Tensor, p: SamplingParams, generator: torch.Generator | None) -> int:
+def _draw(row: torch.Tensor, p: SamplingParams,
+          generator: torch.Generator | None) -> int | SamplingFailed:
     probs = torch.softmax(row / p.temperature, dim=-1)
+    if not torch.isfinite(probs).all():  # every logit -inf, or overflow by the temperature
+        return _failed("the temperature, penalties or logit_bias")
     if p.top_k == -1 and p.top_p >= 1.0 and p.min_p <= 0.0:
         return int(torch.multinomial(probs, 1, generator=generator))
     sorted_probs, order = torch.sort(probs, descending=True)

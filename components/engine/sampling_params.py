@@ -177,5 +177,8 @@ def _logit_bias(value: Any, vocab_size: int) -> dict[int, float]:
             raise ValueError(f"logit_bias keys must be token ids, got {k!r}") from None
         if not 0 <= tid < vocab_size:
             raise ValueError(f"logit_bias must have keys in [0, {vocab_size - 1}], got {tid}.")
-        out[tid] = _number("logit_bias value", v)
+        bias = _number("logit_bias value", v)
+        if not math.isfinite(bias):
+            raise ValueError(f"logit_bias values must be finite numbers, got {v!r} for {tid}")
+        out[tid] = bias
     return out

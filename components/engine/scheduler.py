@@ -4,7 +4,8 @@ One engine step is ``schedule() -> runner.forward(batch) -> processor.postproces
 -> update(batch, outcomes)``. ``schedule`` admits waiting requests (FIFO) within the running
 and prefill-token budgets, allocates their pages and returns either a prefill batch (several
 prompts, or chunks of one, in one forward) or a decode batch (every running row). Running rows
-get a decode step between two prefill steps, so admissions never starve them.
+get a decode step between two prefill steps, so admissions never starve them. With SGLang's
+``enable_mixed_chunk`` the prefill chunks and the decode rows share one forward instead.
 
 Disaggregation (prefill or decode mode) is behind ``DisaggCoordinator``, called at four points:
 ``check_new``/``admit`` on admission, ``after_prefill``, ``on_finish``, and ``poll``. Its calls
@@ -25,6 +26,7 @@ from components.engine.kv_pool import KVPool, PageRun
 from components.engine.output_processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
 )
+from components.engine.prefix_cache import PrefixCache
 from components.engine.request_checks import (
     InvalidRequest, Limits, check_bootstrap, check_input_ids, plan_budget, tokenize_prompt,
 )
@@ -38,18 +40,20 @@ class SchedulerConfig:
     max_running_requests: int
     max_prefill_tokens: int
     chunked_prefill_size: int | None  # None: a prompt is always prefilled whole
+    enable_mixed_chunk: bool = False  # prefill chunks ride in the running rows' decode forward
 
 
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, limits: Limits, pool: KVPool,
                  processor: OutputProcessor, tokenizer: Any,
-                 disagg: DisaggCoordinator | None) -> None:
+                 disagg: DisaggCoordinator | None, cache: PrefixCache | None = None) -> None:
         self.cfg = cfg
         self.limits = limits
         self.pool = pool
         self.processor = processor
         self.tokenizer = tokenizer
         self.disagg = disagg
+        self.cache = cache
         self._mode = limits.disaggregation_mode
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -77,7 +81,10 @@ class Scheduler:
         self.waiting.append(seq)
 
     def abort(self, rid: str, abort_all: bool = False) -> None:
-        targets = list(self.live.values()) if abort_all else [self.live[rid]] * (rid in self.live)
+        if abort_all:
+            targets = list(self.live.values())
+        else:
+            targets = [self.live[rid]] if rid in self.live else []
         for seq in targets:
             logger.info("abort rid=%s (%s)", seq.rid, seq.status.value)
             self.finish(seq, finish_abort("Aborted"))
@@ -91,14 +98,16 @@ class Scheduler:
 
     # ---- schedule ---------------------------------------------------------------------------
     def schedule(self) -> Batch:
-        if self.running and self._decode_due:
+        mixed = self.cfg.enable_mixed_chunk
+        if self.running and self._decode_due and not mixed:
             self._decode_due = False
             return Batch(decode=list(self.running))
         batch = Batch(prefill=self._prefill_chunks())
-        if batch.prefill:
+        if batch.prefill and not mixed:
             self._decode_due = True
             return batch
-        return Batch(decode=list(self.running))
+        batch.decode = list(self.running)  # rows admitted above join once prefilled
+        return batch
 
     def _prefill_chunks(self) -> list[PrefillChunk]:
         chunks: list[PrefillChunk] = []
@@ -114,7 +123,7 @@ class Scheduler:
                 continue
             if chunks and (budget <= 0 or (seq.prompt_len > budget and not self._can_chunk())):
                 break  # the first prompt of a step always goes, however long
-            pages = self.pool.allocate(seq.reserve_tokens)
+            pages = self._allocate(seq.reserve_tokens)
             if pages is None:
                 self._stalled = True  # FIFO: wait until a finishing request frees pages
                 break
@@ -124,9 +133,18 @@ class Scheduler:
                 self._apply(self.disagg.admit(seq))  # the prefill engine computes the prompt
                 continue
             seq.status = Status.PREFILLING
+            if self.cache is not None:
+                seq.cached_tokens = seq.prefilled = self.cache.reuse(seq.input_ids, seq.start_tok)
             chunks.append(self._next_chunk(seq, budget))
             budget -= chunks[-1].end - chunks[-1].begin
         return chunks
+
+    def _allocate(self, tokens: int) -> PageRun | None:
+        pages = self.pool.allocate(tokens)
+        if pages is None and self.cache is not None and self.cache.pages:
+            self.cache.evict(self.pool.pages_for(tokens))  # cached prefixes yield to requests
+            pages = self.pool.allocate(tokens)
+        return pages
 
     def _can_chunk(self) -> bool:
         return self.cfg.chunked_prefill_size is not None
@@ -189,7 +207,7 @@ class Scheduler:
         if self.disagg is not None and self.disagg.on_finish(seq, prev):
             seq.pages = None  # a peer may still touch them: the coordinator frees them later
         if seq.pages is not None:
-            self._release(seq.pages)
+            self._release(self._keep_prefix(seq, reason))
             seq.pages = None
         self.live.pop(seq.rid, None)
         if prev is Status.WAITING:
@@ -202,8 +220,16 @@ class Scheduler:
             self._chunked = None
         self.processor.send_final(seq)
 
-    def _release(self, pages: PageRun) -> None:
-        self.pool.free(pages)
+    def _keep_prefix(self, seq: Sequence, reason: FinishReason) -> PageRun | None:
+        """The prefix cache keeps the whole pages of a request that ran to its end; -> the
+        pages to free."""
+        if self.cache is None or reason["type"] == "abort" or seq.prefilled < seq.prompt_len:
+            return seq.pages
+        return self.cache.insert((seq.input_ids + seq.output_ids)[:seq.kv_len], seq.pages)
+
+    def _release(self, pages: PageRun | None) -> None:
+        if pages is not None:
+            self.pool.free(pages)
         self._stalled = False
 
     def close(self) -> None:

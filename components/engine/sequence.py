@@ -50,6 +50,7 @@ class Sequence:
     pages: PageRun | None = None
     start_tok: int = -1               # pool token index of the first prompt token
     prefilled: int = 0                # prompt tokens scheduled into the pool so far
+    cached_tokens: int = 0            # prompt tokens whose K/V came from the prefix cache
     max_new_tokens: int = 0           # effective budget: params capped by the context
     reserve_tokens: int = 0           # KV slots reserved at admission
     sampling: SamplingState | None = None

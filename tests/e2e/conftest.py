@@ -1,81 +1,31 @@
 """Fixtures for end-to-end tests: real frontend, real workers on the CPU engine, real NIXL.
 
-Topologies are started once per test module and shared by its tests. Each serves the model
-twice through one frontend: `tiny` by a decode worker with a prefill worker behind it
-(disaggregated), and `tiny-agg` by an aggregated worker; the same request to both must give
-the same greedy output.
+Topologies (the standard one, `tests/topologies.py`) are started once per test module and
+shared by its tests: one with the frontend tokenizing (Tokens mode), one with the workers
+tokenizing (Text mode).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.stack import Stack, free_port
-
-DISAGG = "tiny"
-AGG = "tiny-agg"
-CONTEXT_LENGTH = 2048
-PREFILL_WAIT_S = 5.0
-# Small pools and context keep start-up fast; page size 16 like the launch scripts.
-ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "65536",
-               "--page-size", "16", "--max-running-requests", "32")
-
-
-def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
-    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS,
-                       "--disaggregation-bootstrap-port", str(free_port()),
-                       skip_tokenizer_init=skip_tokenizer_init)
-
-
-def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                   with_agg: bool = True) -> Stack:
-    stack = Stack(workdir, model_path)
-    try:
-        stack.start_frontend()
-        start_prefill(stack, "prefill", skip_tokenizer_init)
-        stack.start_worker("decode", "decode", DISAGG, *ENGINE_ARGS,
-                           "--prefill-wait-timeout", str(PREFILL_WAIT_S),
-                           skip_tokenizer_init=skip_tokenizer_init)
-        served = [DISAGG]
-        if with_agg:
-            stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
-                               "--endpoint", "dyn://dynamo.agg.generate",
-                               skip_tokenizer_init=skip_tokenizer_init)
-            served.append(AGG)
-        stack.wait_ready(*served)
-    except BaseException:
-        print(stack.logs())
-        stack.stop()
-        raise
-    return stack
+from harness.topology import Stack
 
 
 @pytest.fixture(scope="module")
-def tokens_stack(tmp_path_factory, tiny_model_path) -> Iterator[Stack]:
-    stack = start_topology(tmp_path_factory.mktemp("tokens"), tiny_model_path, True)
-    yield stack
-    stack.stop()
+def tokens_stack(start_stack) -> Stack:
+    return start_stack("tokens", skip_tokenizer_init=True)
 
 
 @pytest.fixture(scope="module")
-def text_stack(tmp_path_factory, tiny_model_path) -> Iterator[Stack]:
-    stack = start_topology(tmp_path_factory.mktemp("text"), tiny_model_path, False)
-    yield stack
-    stack.stop()
+def text_stack(start_stack) -> Stack:
+    return start_stack("text", skip_tokenizer_init=False)
 
 
 @pytest.fixture
 def http(request) -> Iterator[httpx.Client]:
     with httpx.Client(timeout=60) as client:
         yield client
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_path)

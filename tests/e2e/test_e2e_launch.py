@@ -10,8 +10,8 @@ import subprocess
 import httpx
 import pytest
 
+from harness.topology import REPO, free_port, wait_until
 from tests.e2e.client import chat, user
-from tests.e2e.stack import REPO, free_port, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -1,32 +1,33 @@
-"""A prefill worker that hangs or dies: the client's request ends with an error within the
-configured bound, the decode worker frees what it held, and serves again once a new prefill
-worker is up (the dead one stays listed in file discovery; the decode side skips it)."""
+"""A prefill worker that rejects, hangs or dies: a rejection is the client's 400 with the prefill's
+message, a hang a 503 within the configured bound, a death an error within the bound; the
+decode worker frees what it held, and serves again once a new prefill worker is up (the dead
+one stays listed in file discovery; the decode side retries it only after a backoff)."""
 
 from __future__ import annotations
 
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.e2e.client import post, user
-from tests.e2e.conftest import DISAGG, PREFILL_WAIT_S, start_prefill, start_topology
-from tests.e2e.stack import Stack, wait_until
+from harness.topology import Stack, wait_until
+from tests.e2e.client import error_message, post, user
+from tests.topologies import DISAGG, PREFILL_WAIT_S, start_prefill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 REQUEST = {"model": DISAGG, "messages": user("hello"), "max_tokens": 4, "temperature": 0.0}
+PREFILL_POOL = ("--max-total-tokens", "1024")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, tiny_model_path) -> Iterator[Stack]:
-    stack = start_topology(tmp_path_factory.mktemp("failure"), tiny_model_path, True,
-                           with_agg=False)
-    yield stack
-    stack.stop()
+def stack(start_stack) -> Stack:
+    # The prefill's KV pool (1,024 tokens) is smaller than decode's: a prompt between the two
+    # passes every decode check and only the prefill engine refuses it.
+    return start_stack("failure", skip_tokenizer_init=True, with_agg=False,
+                       prefill_args=PREFILL_POOL)
 
 
 def timed_post(url: str) -> tuple[httpx.Response, float]:
@@ -36,15 +37,28 @@ def timed_post(url: str) -> tuple[httpx.Response, float]:
         return r, time.monotonic() - t0
 
 
+def test_what_the_prefill_rejects_is_a_400_with_its_message(stack):
+    with httpx.Client(timeout=60) as client:
+        r = post(client, stack.url, "completions",
+                 {"model": DISAGG, "prompt": [7] * 1500, "max_tokens": 4})
+    assert r.status_code == 400, r.text
+    assert "KV space for 1500 tokens" in error_message(r), r.text
+    wait_until(lambda: stack.procs["decode"].kv_pages_in_use() == 0
+               and stack.procs["prefill"].kv_pages_in_use() == 0, 15, "pages back to 0")
+    ok, _ = timed_post(stack.url)
+    assert ok.status_code == 200, ok.text
+
+
 def test_hung_then_killed_prefill_fails_requests_fast_and_a_new_prefill_restores_service(stack):
     ok, _ = timed_post(stack.url)
     assert ok.status_code == 200, ok.text
     prefill = stack.procs["prefill"]
 
-    # Hung prefill: no bootstrap info ever comes; the wait is bounded by --prefill-wait-timeout.
+    # Hung prefill: no bootstrap info ever comes; the wait is bounded by --prefill-wait-timeout
+    # and the client gets a 503 (the 1.6.1 frontend words it; the worker logs the reason).
     prefill.signal_group(signal.SIGSTOP)
     r, elapsed = timed_post(stack.url)
-    assert r.status_code >= 500, r.text
+    assert r.status_code == 503, r.text
     assert elapsed < PREFILL_WAIT_S + 10, elapsed
 
     # Killed mid-request: a request is waiting on the frozen prefill when it dies.

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
-from tests.e2e.conftest import AGG, CONTEXT_LENGTH, DISAGG
+from tests.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 
+from harness.topology import wait_until
 from tests.e2e.client import chat, completion, error_message, post, stream, user
-from tests.e2e.conftest import AGG, CONTEXT_LENGTH, DISAGG
-from tests.e2e.stack import wait_until
+from tests.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

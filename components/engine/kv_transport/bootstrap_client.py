@@ -27,7 +27,11 @@ class _Peer:
         host, port = endpoint
         self.socket = new_socket(ctx, zmq.DEALER, host)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        self.socket.connect(tcp_address(host, port))
+        try:
+            self.socket.connect(tcp_address(host, port))
+        except zmq.ZMQError:
+            self.close()
+            raise
         self.hello = hello  # this connection's Hello (its nonce authenticates the Welcome)
         self.connected = False  # a TCP connection was established at least once
         self.lost = False  # ... and then dropped
@@ -73,7 +77,11 @@ class BootstrapClient:
         """Queue ``msg`` to ``endpoint`` (connects and says hello first if needed)."""
         peer = self._peers.get(endpoint)
         if peer is None:
-            peer = _Peer(self._ctx, endpoint, self._hello())
+            try:
+                peer = _Peer(self._ctx, endpoint, self._hello())
+            except zmq.ZMQError as exc:  # an address ZMQ cannot dial: this room fails alone
+                logger.warning("KV side channel: cannot connect to %s:%s: %s", *endpoint, exc)
+                return False
             self._peers[endpoint] = peer
             self._poller.register(peer.socket, zmq.POLLIN)
             self._poller.register(peer.monitor, zmq.POLLIN)

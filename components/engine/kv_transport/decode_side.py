@@ -97,6 +97,15 @@ class DecodeSide:
             logger.info("room %s (rid %s): aborted locally: %s", room, r.rid, message)
             self._start_release(r, message)
 
+    def abort_unregistered(self, room: int, host: str, port: int, message: str) -> None:
+        """A room this engine gave up before registering it: tell its prefill now, so the
+        prefill frees its pages at once instead of when its bootstrap wait runs out. No pages
+        were offered, so nothing waits for the answer."""
+        if room in self._rooms:
+            self.abort(room, message)
+        else:
+            self._client.send((host, port), Abort(room, self._nixl.name, message))
+
     @property
     def busy(self) -> bool:
         return bool(self._rooms)

@@ -167,7 +167,13 @@ class PrefillSide(PrefillWrites):
             self._tombstones.add(msg.room, message)
             self._server.send(identity, AbortAck(msg.room, self._nixl.name))
         elif reg is None and (r is None or r.reg is None):
-            # Nobody registered it here (or it already finished): nothing to stop.
+            # Nobody registered it: a decode that gave the room up before registering it (or a
+            # late abort of a finished room). Stop it now rather than at the bootstrap timeout.
+            if r is not None:
+                r.ack_to = identity
+                self._finish_failed(r, message, tell_decode=False)
+                return
+            self._tombstones.add(msg.room, message)
             self._server.send(identity, AbortAck(msg.room, self._nixl.name))
         else:
             self._throttle.warn("abort", "KV side channel: refused an abort of room %s from a "

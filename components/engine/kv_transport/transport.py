@@ -60,13 +60,7 @@ from components.engine.kv_transport.auth import sign_hello
 from components.engine.kv_transport.bootstrap import BootstrapServer
 from components.engine.kv_transport.bootstrap_client import BootstrapClient
 from components.engine.kv_transport.decode_side import DecodeSide
-from components.engine.kv_transport.events import (
-    Event,
-    KVArrived,
-    RoomReleased,
-    TransferDone,
-    TransferFailed,
-)
+from components.engine.kv_transport.events import Event
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peering import Peering
 from components.engine.kv_transport.peers import Throttle
@@ -157,6 +151,12 @@ class KVTransport:
                    runs: list[Run], rid: str) -> None:
         self._require("decode", "add_decode")
         self._side.add_decode(int(room), bootstrap_host, int(bootstrap_port), runs, rid)
+
+    def abort_unregistered(self, room: int, bootstrap_host: str, bootstrap_port: int,
+                           message: str = "Aborted") -> None:
+        """Decode: the engine gave ``room`` up before ``add_decode``; the prefill stops it."""
+        self._require("decode", "abort_unregistered")
+        self._side.abort_unregistered(int(room), bootstrap_host, int(bootstrap_port), message)
 
     def abort(self, room: int, message: str = "Aborted") -> None:
         if not self._closed:

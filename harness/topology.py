@@ -1,8 +1,11 @@
-"""Start and stop real topologies: `python -m dynamo.frontend` plus worker processes
-(`python -m components`) on the CPU engine, sharing a fresh file-discovery directory.
+"""Start and stop real topologies for the tests and benchmarks: `python -m dynamo.frontend` plus
+worker processes (`python -m components`) on the CPU engine, sharing a private file-discovery
+directory (the processes `launch/agg.sh` and `launch/disagg.sh` start).
 
 Each process runs in its own process group with its output in a log file under the stack's
-directory; `stop()` sends SIGTERM to the groups, waits a bounded time, then SIGKILLs.
+directory; stopping sends SIGTERM to a group, waits a bounded time, then SIGKILLs it. Ready means
+the frontend lists every served model and, with ``probe``, that one short request to each of them
+succeeds (a decode worker may be listed before it has found its prefill peer).
 """
 
 from __future__ import annotations
@@ -14,16 +17,19 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from harness.child import REPO
+
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
+PROBE_TIMEOUT_S = 30.0  # one 2-token request; a cold worker compiles nothing, but the box is busy
 
 
 def free_port() -> int:
@@ -81,7 +87,12 @@ class Proc:
             pass
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM the group, wait up to `timeout` s, then SIGKILL; the exit code."""
         self.signal_group(signal.SIGTERM)
+        return self.reap(timeout)
+
+    def reap(self, timeout: float) -> int | None:
+        """Wait up to `timeout` s for an exit already asked for, then SIGKILL the group."""
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -96,14 +107,27 @@ class Proc:
         return int(r.json()["pages_in_use"])
 
 
+def stop_together(procs: Iterable[Proc], timeout: float) -> None:
+    """SIGTERM every group at once, then give them `timeout` s in all before SIGKILL."""
+    procs = list(procs)
+    for proc in procs:
+        proc.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc.reap(max(0.0, deadline - time.monotonic()))
+
+
 @dataclass
 class Stack:
-    """One frontend and any number of workers sharing a discovery directory."""
+    """One frontend and any number of workers sharing a discovery directory under `workdir`.
+
+    `namespace` sets DYN_NAMESPACE for every process (workers' default endpoints live there)."""
 
     workdir: Path
     model_path: str
     procs: dict[str, Proc] = field(default_factory=dict)
     http_port: int = field(default_factory=free_port)
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
         self.kv_dir = self.workdir / "discovery"
@@ -116,15 +140,17 @@ class Stack:
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(DYN_FILE_KV=str(self.kv_dir), DYN_DISCOVERY_BACKEND="file",
-                   DYN_SYSTEM_HOST=HOST, DYN_LOG="warn", OMP_NUM_THREADS="1",
-                   PYTHONUNBUFFERED="1")
+                   DYN_SYSTEM_HOST=HOST, DYN_LOG=os.environ.get("DYN_LOG", "warn"),
+                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if self.namespace:
+            env["DYN_NAMESPACE"] = self.namespace
         env.update(extra)
         return env
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str],
                system_port: int | None = None) -> Proc:
         log_path = self.workdir / f"{name}.log"
-        with open(log_path, "ab") as log:
+        with open(log_path, "ab") as log:  # the child keeps its own descriptor
             popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         proc = Proc(name, popen, log_path, system_port)
@@ -153,10 +179,21 @@ class Stack:
         r.raise_for_status()
         return [m["id"] for m in r.json()["data"]]
 
-    def wait_ready(self, *served_names: str, timeout: float = READY_TIMEOUT_S) -> None:
+    def answers(self, served_name: str) -> bool:
+        """One 2-token chat to `served_name` succeeds; raises on any other status."""
+        body = {"model": served_name, "max_tokens": 2, "stream": False,
+                "messages": [{"role": "user", "content": "ready?"}]}
+        r = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=PROBE_TIMEOUT_S)
+        r.raise_for_status()
+        return True
+
+    def wait_ready(self, *served_names: str, timeout: float = READY_TIMEOUT_S,
+                   probe: bool = False) -> None:
         def ready() -> bool:
             self.check_alive()
-            return set(served_names) <= set(self.models())
+            if not set(served_names) <= set(self.models()):
+                return False
+            return not probe or all(self.answers(name) for name in served_names)
 
         wait_until(ready, timeout, f"models {served_names} on {self.url}", interval=0.5)
 
@@ -166,11 +203,11 @@ class Stack:
                 raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n"
                                    + proc.log_text()[-4000:])
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         # Workers first, so the frontend never routes to a half-stopped worker.
-        for name in [n for n in self.procs if n != "frontend"] + ["frontend"]:
-            if name in self.procs:
-                self.procs[name].stop()
+        stop_together((p for n, p in self.procs.items() if n != "frontend"), timeout)
+        if "frontend" in self.procs:
+            self.procs["frontend"].stop(timeout)
 
     def logs(self) -> str:
         return "\n".join(f"===== {p.name} =====\n{p.log_text()[-3000:]}" for p in self.procs.values())

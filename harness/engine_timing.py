@@ -33,6 +33,14 @@ class TimingCapture(logging.Handler):
             elif msg.endswith("KV WRITE done") and args:
                 self.write_done[int(args[0])] = record.created
 
+    def request(self, rid: str, room: int | None) -> dict[str, float | None]:
+        """One request's times as plain values (None where the engine logged nothing)."""
+        with self._lock:
+            end, compute_ms = self.prefill.get(rid, (None, None))
+            return {"prefill_end": end, "prefill_ms": compute_ms,
+                    "write_posted": self.write_posted.get(room),
+                    "write_done": self.write_done.get(room)}
+
     @classmethod
     def install(cls) -> "TimingCapture":
         """Capture the engine's DEBUG records without printing them: other handlers keep

@@ -1,24 +1,17 @@
-"""Test harness for the KV transport: a KVTransport over a small KVPool with known data.
+"""One side of a KV transfer for the tests: a KVTransport over a small KVPool with known data.
 
-Holds no tests. Used in the test process and, through
-``python tests/transport_peer.py --role ...``, as a peer process driven by JSON
-lines on stdin (commands) and stdout (events).
+Used in the test process and, in a child process, by ``harness/transport_peer.py``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
+import time
+from collections.abc import Callable, Sequence
 
 import torch
 
-if __name__ == "__main__":  # run as a script: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from components.engine.kv_pool import KVPool, PageRun  # noqa: E402
-from components.engine.kv_transport import (  # noqa: E402
+from components.engine.kv_pool import KVPool, PageRun
+from components.engine.kv_transport import (
     KVArrived,
     KVTransport,
     RoomReleased,
@@ -35,7 +28,7 @@ def expected_kv(room: int, tokens: int) -> torch.Tensor:
     return torch.randn((LAYERS, 2, KV_HEADS, tokens, HEAD_DIM), generator=gen)
 
 
-class Harness:
+class TransportSide:
     """One side: pool + transport + the pages each room holds, freed per the event contract."""
 
     def __init__(self, role: str, bootstrap_timeout: float, transfer_timeout: float) -> None:
@@ -96,67 +89,15 @@ class Harness:
         self.transport.close()
 
 
-def _handle(h: Harness, cmd: dict) -> dict | None:
-    op = cmd["op"]
-    if op == "add_prefill":
-        h.add_prefill(cmd["room"], cmd["tokens"], cmd["first_token"])
-    elif op == "add_decode":
-        h.add_decode(cmd["room"], cmd["host"], cmd["port"], cmd["tokens"])
-    elif op == "abort":
-        h.transport.abort(cmd["room"], cmd.get("message", "Aborted"))
-    elif op == "check":
-        return {"event": "check", "room": cmd["room"], "equal": h.check(cmd["room"])}
-    elif op == "free":
-        h.free(cmd["room"])
-    elif op == "stats":
-        return {"event": "stats", "pages_in_use": h.pool.pages_in_use, "busy": h.transport.busy}
-    else:
-        raise ValueError(f"unknown op {op!r}")
-    return {"event": "ok", "op": op, "room": cmd.get("room")}
-
-
-_proto = sys.stdout  # replaced in main() by a private copy of fd 1
-
-
-def _emit(obj: dict) -> None:
-    _proto.write(json.dumps(obj) + "\n")
-    _proto.flush()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--role", required=True, choices=["prefill", "decode"])
-    parser.add_argument("--bootstrap-timeout", type=float, default=5.0)
-    parser.add_argument("--transfer-timeout", type=float, default=5.0)
-    args = parser.parse_args()
-    # Events go to a private copy of stdout; NIXL's own logging to stdout goes to stderr.
-    global _proto
-    _proto = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    torch.set_num_threads(1)
-    h = Harness(args.role, args.bootstrap_timeout, args.transfer_timeout)
-    _emit({"event": "ready", "port": h.transport.bootstrap_port, "pid": os.getpid()})
-    fd = sys.stdin.fileno()
-    os.set_blocking(fd, False)
-    buf = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            chunk = None
-        if chunk == b"":
-            break  # the test closed our stdin
-        if chunk:
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                reply = _handle(h, json.loads(line))
-                if reply is not None:
-                    _emit(reply)
-        for ev in h.poll(0.002 if h.transport.busy else 0.02):
-            _emit(ev)
-    h.close()
-
-
-if __name__ == "__main__":
-    main()
+def poll_until(sides: Sequence[TransportSide], pred: Callable[[dict], bool],
+               timeout: float) -> dict:
+    """Poll every side until one of them has an event matching ``pred``; take it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for side in sides:
+            side.poll(0.005)
+            for ev in list(side.events):
+                if pred(ev):
+                    side.events.remove(ev)
+                    return ev
+    raise TimeoutError(f"no matching event within {timeout} s: {[s.events for s in sides]}")

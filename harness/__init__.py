@@ -1,0 +1,1 @@
+"""Engines and KV transport peers in child processes, for the tests and benchmarks (not shipped)."""

@@ -1,0 +1,42 @@
+"""Request fuzz, Text mode (the worker renders the chat template), through the real frontend to an
+aggregated worker and to a decode worker with its prefill worker: malformed and extreme
+shapes get a 4xx with a message, random ones never a 5xx, and a concurrent well-formed stream
+ends exactly as it does alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.topology import Stack
+from tests.fuzz import runner
+from tests.fuzz.cases import EXTREME, TEXT_CASES
+
+pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIMEOUT_S)]
+
+# Cases whose 5xx comes from inside components/engine/ (model:case -> cause).
+ENGINE_5XX: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def stack(start_stack) -> Stack:
+    return start_stack("fuzz-text", skip_tokenizer_init=False)
+
+
+@pytest.fixture(scope="module")
+def witness(stack):
+    yield from runner.witness_for(stack)
+
+
+@pytest.mark.parametrize("model, path, body, must_reject",
+                         runner.params(TEXT_CASES, EXTREME, ENGINE_5XX))
+def test_fixed_shape_is_answered_without_a_5xx(stack, witness, model, path, body, must_reject):
+    """Malformed shapes: a 4xx with a message; extreme but valid ones: anything but a 5xx."""
+    runner.check_fixed_case(stack, model, path, body, must_reject)
+
+
+def test_random_shapes_never_get_a_5xx(stack, witness):
+    assert runner.check_random_requests(stack, "text") > 0
+
+
+def test_the_concurrent_stream_finished_untouched(witness):
+    runner.check_witness(witness)

@@ -1,0 +1,56 @@
+"""The standard end-to-end topology of the tests, on `harness.topology`.
+
+One frontend serves the tiny model twice: `tiny` by a decode worker with a prefill worker behind
+it (disaggregated), and `tiny-agg` by an aggregated worker; the same request to both must give the
+same greedy output. Used by `tests/e2e` and `tests/fuzz` (through `tests/conftest.py`'s fixture).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.topology import Stack, free_port
+
+DISAGG = "tiny"
+AGG = "tiny-agg"
+CONTEXT_LENGTH = 2048
+PREFILL_WAIT_S = 5.0
+# Small pools and context keep start-up fast; page size 16 like the launch scripts.
+ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "65536",
+               "--page-size", "16", "--max-running-requests", "32")
+
+
+def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
+                  extra: tuple[str, ...] = ()) -> None:
+    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *extra,
+                       "--disaggregation-bootstrap-port", str(free_port()),
+                       skip_tokenizer_init=skip_tokenizer_init)
+
+
+def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
+    stack.start_worker(name, "decode", DISAGG, *ENGINE_ARGS,
+                       "--prefill-wait-timeout", str(PREFILL_WAIT_S),
+                       skip_tokenizer_init=skip_tokenizer_init)
+
+
+def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
+                   with_agg: bool = True, prefill_args: tuple[str, ...] = ()) -> Stack:
+    """The standard topology, ready; on failure its logs are printed and it is stopped.
+    `prefill_args` are appended to the first prefill worker's flags (later ones win)."""
+    stack = Stack(workdir, model_path)
+    try:
+        stack.start_frontend()
+        start_prefill(stack, "prefill", skip_tokenizer_init, prefill_args)
+        start_decode(stack, "decode", skip_tokenizer_init)
+        served = [DISAGG]
+        if with_agg:
+            stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
+                               "--endpoint", "dyn://dynamo.agg.generate",
+                               skip_tokenizer_init=skip_tokenizer_init)
+            served.append(AGG)
+        stack.wait_ready(*served)
+    except BaseException:
+        print(stack.logs())
+        stack.stop()
+        raise
+    return stack
