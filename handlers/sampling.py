@@ -1,21 +1,31 @@
 """Request -> SGLang `sampling_params` (the names of sglang.srt.sampling.SamplingParams).
 
 Both mappings take the prompt length and the context length so an absent max_tokens becomes
-"the rest of the context" (and a larger one is clamped to it): SGLang rejects
-prompt + max_new_tokens > context_len, and would default an omitted max_new_tokens to 128.
+"the rest of the context" (SGLang would default it to 128), and an explicit one that does not fit
+is the client's error with SGLang's own message (its TokenizerManager rejects prompt +
+max_new_tokens > context_len the same way).
 """
 
 from typing import Any, Optional
 
+from handlers.errors import RequestError
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest, SamplingOptions
 
 
 def completion_budget(requested: Optional[int], prompt_len: int, context_length: int) -> int:
-    """max_new_tokens: what was asked for, at most what the context leaves (>= 1 once the
-    handler has checked prompt_len < context_length)."""
-    room = context_length - prompt_len
-    return room if requested is None else min(requested, room)
+    """max_new_tokens: what was asked for, or what the context leaves (>= 1 once the handler
+    has checked prompt_len < context_length)."""
+    if requested is None:
+        return context_length - prompt_len
+    if prompt_len + requested > context_length:
+        raise RequestError(
+            "Requested token count exceeds the model's maximum context length of "
+            f"{context_length} tokens. You requested a total of {prompt_len + requested} "
+            f"tokens: {prompt_len} tokens from the input messages and {requested} tokens for "
+            "the completion. Please reduce the number of tokens in the input messages or the "
+            "completion to fit within the limit.")
+    return requested
 
 
 def _common(opts: Any) -> dict[str, Any]:

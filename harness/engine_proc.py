@@ -42,11 +42,13 @@ class _EngineServer:
         async for cmd in self.channel.commands():
             op = cmd["op"]
             if op == "generate":
-                # Submitted before the next command is read, so a later abort finds the request.
                 stream = await self.engine.async_generate(stream=True, **cmd["kwargs"])
                 task = asyncio.create_task(self._forward(cmd["id"], stream))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                # The engine sends a stream on its first read: one loop turn lets the task make
+                # it before the next command (an abort of this rid) is handled.
+                await asyncio.sleep(0)
             elif op == "abort":
                 self.engine.tokenizer_manager.abort_request(cmd["rid"])
             elif op == "pages":
@@ -58,8 +60,11 @@ class _EngineServer:
                 raise ValueError(f"unknown op {op!r}")
 
     async def _forward(self, req_id: int, stream: AsyncIterator[dict]) -> None:
-        async for chunk in stream:
-            self.channel.send({"id": req_id, "chunk": chunk})
+        try:
+            async for chunk in stream:
+                self.channel.send({"id": req_id, "chunk": chunk})
+        except ValueError as exc:  # refused, as SGLang refuses: the client raises it too
+            self.channel.send({"id": req_id, "error": str(exc)})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,6 +151,8 @@ class EngineProcess:
                 msg = await q.get()  # bounded by the caller, as for an in-process engine
                 if msg is None:
                     raise ConnectionError("engine process exited")
+                if "error" in msg:
+                    raise ValueError(msg["error"])
                 yield msg["chunk"]
                 if msg["chunk"]["meta_info"]["finish_reason"] is not None:
                     return

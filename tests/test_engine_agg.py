@@ -154,16 +154,19 @@ async def test_eos_ignore_eos_and_min_new_tokens(engine):
     assert eos not in out["output_ids"][:3]
 
 
-async def test_max_new_tokens_zero_and_context_cap(engine, tiny_model_path):
+async def test_max_new_tokens_zero_and_the_context_limit(engine, tiny_model_path):
     out = await engine.async_generate(input_ids=[5, 6], sampling_params={"max_new_tokens": 0})
     assert out["output_ids"] == [] and out["meta_info"]["finish_reason"]["type"] == "length"
     small = CpuEngine(model_path=tiny_model_path, context_length=32, max_total_tokens=256)
     try:
+        ids = list(range(3, 28))
+        # Unset: up to the context (25 prompt + 7 = 32); explicit and too many: refused.
         out = await small.async_generate(
-            input_ids=list(range(3, 28)),
-            sampling_params={**GREEDY, "max_new_tokens": 100, "ignore_eos": True})
-        assert len(out["output_ids"]) == 7  # 25 prompt + 7 = the 32-token context
+            input_ids=ids, sampling_params={**GREEDY, "max_new_tokens": None, "ignore_eos": True})
         assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 7}
+        with pytest.raises(ValueError, match="You requested a total of 125 tokens"):
+            await small.async_generate(input_ids=ids,
+                                       sampling_params={**GREEDY, "max_new_tokens": 100})
     finally:
         small.shutdown()
 

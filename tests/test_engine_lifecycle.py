@@ -9,7 +9,8 @@ from tests.engine_helpers import (
     assert_chunk_shape, drain, load_reference, random_prompt, reference_greedy, wait_until,
 )
 
-LONG = {"temperature": 0.0, "max_new_tokens": 100000, "ignore_eos": True}
+# max_new_tokens None: up to the context (an explicit count past it is refused, as SGLang does).
+LONG = {"temperature": 0.0, "max_new_tokens": None, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -29,26 +30,35 @@ def _abort_reason(chunk):
     ({"input_ids": [1, 2, 5000]}, "out of the vocabulary"),
     ({"input_ids": [1, -3]}, "out of the vocabulary"),
     ({"input_ids": []}, "empty"),
-    ({"input_ids": list(range(3, 1003)) * 5}, "context length"),
+    ({"input_ids": list(range(3, 1003)) * 5}, "longer than the model's context length"),
     ({}, "should be provided"),
     ({"prompt": 123}, "prompt must be a string"),
     ({"input_ids": "1 2 3"}, "must be a list"),
     ({"input_ids": [1, 2.5]}, "must hold integers"),
     ({"input_ids": [1, 2], "sampling_params": {"top_k": 0}}, "top_k"),
     ({"input_ids": [1, 2], "sampling_params": {"n": 3}}, "n=3"),
-    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 20000}}, None),
+    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 20000}},
+     "exceeds the model's maximum context length of 4096 tokens"),
 ])
-async def test_bad_input_aborts_with_400(engine, kwargs, needle):
-    out = await engine.async_generate(**kwargs)
-    if needle is None:  # max_new_tokens above the context is capped, not an error
-        assert out["meta_info"]["finish_reason"]["type"] != "abort"
-        return
-    reason = _abort_reason(out)
-    assert reason["status_code"] == 400 and needle in reason["message"]
-    chunks = await drain(await engine.async_generate(**kwargs, stream=True))
-    assert len(chunks) == 1 and _abort_reason(chunks[0])["status_code"] == 400
-    assert_chunk_shape(chunks[0], with_text=True)
+async def test_bad_input_raises_value_error_like_sglang(engine, kwargs, needle):
+    """SGLang raises ValueError for a request it refuses: from the awaited call, or on the
+    stream's first read (nothing is sent before it)."""
+    with pytest.raises(ValueError, match=needle):
+        await engine.async_generate(**kwargs)
+    stream = await engine.async_generate(**kwargs, stream=True)
+    with pytest.raises(ValueError, match=needle):
+        await stream.__anext__()
     assert engine.kv_pages_in_use() == 0
+
+
+async def test_a_stream_is_sent_on_its_first_read(engine):
+    """As SGLang: an abort before the first read names an rid the engine does not know yet."""
+    params = {"temperature": 0.0, "max_new_tokens": 5, "ignore_eos": True}
+    stream = await engine.async_generate(input_ids=[5, 6], sampling_params=params, stream=True,
+                                         rid="not-sent-yet")
+    engine.tokenizer_manager.abort_request("not-sent-yet")
+    chunks = await asyncio.wait_for(drain(stream), 10)
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
 
 
 async def test_abort_running_request_frees_pages(engine):
@@ -90,6 +100,8 @@ async def test_cancelling_a_non_stream_call_aborts(engine):
 async def test_abort_all_and_duplicate_rid(engine):
     streams = [await engine.async_generate(input_ids=[5, i + 3], sampling_params=LONG,
                                            stream=True, rid=f"all-{i}") for i in range(3)]
+    for s in streams:  # sent on the first read
+        await s.__anext__()
     with pytest.raises(ValueError, match="Duplicate request ID"):
         await engine.async_generate(input_ids=[5], rid="all-1")
     engine.tokenizer_manager.abort_request(abort_all=True)
@@ -120,8 +132,8 @@ async def test_queueing_beyond_running_and_pool_limits(tiny_model_path):
             for ids in reqs))
         for ids, out in zip(reqs, outs):
             assert out["output_ids"] == reference_greedy(ref, ids, 100, eng.eos_token_ids)
-        too_big = await eng.async_generate(input_ids=list(range(3, 600)))
-        assert "KV pool" in _abort_reason(too_big)["message"]
+        with pytest.raises(ValueError, match="KV pool"):
+            await eng.async_generate(input_ids=list(range(3, 600)))
         assert eng.kv_pages_in_use() == 0
     finally:
         eng.shutdown()

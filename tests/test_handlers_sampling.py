@@ -2,6 +2,7 @@
 
 import pytest
 
+from handlers.errors import RequestError
 from handlers.sampling import completion_budget, text_sampling_params, tokens_sampling_params
 from protocol import ChatCompletionRequest, PreprocessedRequest, parse
 
@@ -36,10 +37,14 @@ def test_tokens_mode_drops_none_and_fills_max_new_tokens_from_context():
     assert params == {"max_new_tokens": 61}
 
 
-def test_tokens_mode_clamps_max_tokens_to_the_context():
-    params = tokens_sampling_params(_tokens({"max_tokens": 500}), prompt_len=3,
-                                    context_length=64, skip_tokenizer_init=True)
-    assert params["max_new_tokens"] == 61
+def test_max_tokens_past_the_context_is_a_400_naming_both_numbers():
+    """SGLang's length rule (not a silent clamp): prompt + max_tokens must fit the context."""
+    with pytest.raises(RequestError) as info:
+        tokens_sampling_params(_tokens({"max_tokens": 500}), prompt_len=3, context_length=64,
+                               skip_tokenizer_init=True)
+    assert str(info.value).startswith(
+        "Requested token count exceeds the model's maximum context length of 64 tokens. You "
+        "requested a total of 503 tokens: 3 tokens from the input messages and 500 tokens")
 
 
 def test_tokens_mode_without_tokenizer_leaves_stop_strings_to_the_frontend():
@@ -78,6 +83,6 @@ def test_text_mode_default_budget():
     assert text_sampling_params(req, prompt_len=10, context_length=100) == {"max_new_tokens": 90}
 
 
-@pytest.mark.parametrize("requested, expected", [(None, 7), (3, 3), (7, 7), (50, 7)])
+@pytest.mark.parametrize("requested, expected", [(None, 7), (3, 3), (7, 7)])
 def test_completion_budget(requested, expected):
     assert completion_budget(requested, prompt_len=3, context_length=10) == expected

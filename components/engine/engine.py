@@ -12,12 +12,14 @@ import dataclasses
 import logging
 import threading
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from transformers import AutoTokenizer
 
 from components.engine.config import EngineConfig
 from components.engine.engine_loop import EngineLoop
+from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
@@ -139,11 +141,10 @@ class CpuEngine(SyncGenerateMixin):
         *,
         cache_salt: Any = None,
     ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
-        """One request. ``stream=True``: an async iterator of incremental chunks; else the final
-        dict (cumulative ``output_ids``/``text``). Bad input ends the request with
-        ``finish_reason {"type": "abort", "status_code": 400, "message": ...}`` (returned, or the
-        last streamed chunk) rather than raising; programming errors (duplicate rid, a text
-        prompt with skip_tokenizer_init, unsupported features, batches) raise ValueError."""
+        """One request. ``stream=True``: an async iterator of incremental chunks, sent on its
+        first read; else the final dict (cumulative ``output_ids``/``text``). A request refused
+        before it runs raises ValueError with the reason (``engine_streams.py``); unsupported
+        features and batches raise ValueError at the call."""
         given = locals()
         for name, default in _UNSUPPORTED_DEFAULTS.items():
             if given[name] != default:
@@ -162,12 +163,22 @@ class CpuEngine(SyncGenerateMixin):
             raise ValueError(f"rid must be a non-empty string, got {rid!r}")
         seq = self._make_sequence(rid, prompt, input_ids, sampling_params, stream,
                                   bootstrap_host, bootstrap_port, bootstrap_room)
-        queue: asyncio.Queue = asyncio.Queue()
-        seq.sink = self._sink_for(asyncio.get_running_loop(), queue, rid)
-        self._submit(seq)
+        loop = asyncio.get_running_loop()
+
+        def start() -> asyncio.Queue:
+            if seq.reject is not None:
+                raise ValueError(seq.reject)
+            queue: asyncio.Queue = asyncio.Queue()
+            seq.sink = self._sink_for(loop, queue, rid)
+            self._submit(seq)
+            return queue
+
+        def abort() -> None:
+            self.tokenizer_manager.abort_request(rid)
+
         if stream:
-            return self._stream(rid, queue)
-        return await self._result(rid, queue)
+            return stream_chunks(start, abort)
+        return await final_chunk(start, abort)
 
     def _make_sequence(self, rid, prompt, input_ids, sampling_params, stream,
                        bootstrap_host, bootstrap_port, bootstrap_room) -> Sequence:
@@ -205,27 +216,6 @@ class CpuEngine(SyncGenerateMixin):
                 raise ValueError(f"Duplicate request ID detected: {seq.rid}")
             self._live_rids.add(seq.rid)
             self._loop.submit(seq)
-
-    async def _result(self, rid: str, queue: asyncio.Queue) -> dict[str, Any]:
-        try:
-            while True:
-                chunk = await queue.get()
-                if chunk["meta_info"]["finish_reason"] is not None:
-                    return chunk
-        except BaseException:  # cancelled: the request must not keep running (and holding KV)
-            self.tokenizer_manager.abort_request(rid)
-            raise
-
-    async def _stream(self, rid: str, queue: asyncio.Queue) -> AsyncIterator[dict[str, Any]]:
-        finished = False
-        try:
-            while not finished:
-                chunk = await queue.get()
-                finished = chunk["meta_info"]["finish_reason"] is not None
-                yield chunk
-        finally:
-            if not finished:  # closed or cancelled by the consumer, as SGLang: abort
-                self.tokenizer_manager.abort_request(rid)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -55,11 +55,10 @@ def check_input_ids(ids: Any, limits: Limits) -> list[int]:
             f"Token id {bad} in input_ids is out of the vocabulary range "
             f"[0, {limits.vocab_size - 1}]"
         )
-    if len(ids) + 1 > limits.context_length:
+    if len(ids) >= limits.context_length:  # SGLang's TokenizerManager check and message
         raise InvalidRequest(
             f"The input ({len(ids)} tokens) is longer than the model's context length "
-            f"({limits.context_length} tokens): at most {limits.context_length - 1} "
-            "prompt tokens fit."
+            f"({limits.context_length} tokens)."
         )
     return ids
 
@@ -95,7 +94,15 @@ def plan_budget(seq: Sequence, limits: Limits) -> int:
     """Set ``seq.max_new_tokens`` (capped by the context) and return the KV tokens to reserve."""
     room_left = limits.context_length - seq.prompt_len
     wanted = seq.params.max_new_tokens
-    seq.max_new_tokens = room_left if wanted is None else min(wanted, room_left)
+    if wanted is not None and wanted > room_left:  # SGLang refuses rather than clamps
+        total = seq.prompt_len + wanted
+        raise InvalidRequest(
+            "Requested token count exceeds the model's maximum context length of "
+            f"{limits.context_length} tokens. You requested a total of {total} tokens: "
+            f"{seq.prompt_len} tokens from the input messages and {wanted} tokens for the "
+            "completion. Please reduce the number of tokens in the input messages or the "
+            "completion to fit within the limit.")
+    seq.max_new_tokens = room_left if wanted is None else wanted
     if limits.disaggregation_mode == DisaggregationMode.PREFILL:
         need = seq.prompt_len  # only the prompt's K/V is computed and sent
     else:
