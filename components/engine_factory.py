@@ -1,7 +1,8 @@
 """The one place that decides which engine a worker runs, and builds it.
 
-`sglang` needs CUDA and an importable `sglang` package; everything else runs the embedded CPU
-engine (`components.engine`), which speaks the same Engine API. Nothing here imports sglang:
+`sglang` needs an importable `sglang` package and CUDA, or SGLang's own CPU path chosen with
+SGLang's switch `SGLANG_USE_CPU_ENGINE=1`; everything else runs the embedded CPU engine
+(`components.engine`), which speaks the same Engine API. Nothing here imports sglang:
 that happens only in `components.sglang_engine`, and only when the sglang engine is chosen.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,13 @@ class EngineLimits:
     max_total_num_tokens: int
     max_running_requests: int | None
     page_size: int
+    # Tokens the engine keeps per request on top of prompt + output (speculative decoding's
+    # draft tokens): requests get context_length - reserved_tokens.
+    reserved_tokens: int = 0
+
+    @property
+    def request_token_limit(self) -> int:
+        return self.context_length - self.reserved_tokens
 
 
 def cuda_available() -> bool:
@@ -40,6 +49,11 @@ def sglang_importable() -> bool:
     return importlib.util.find_spec("sglang") is not None
 
 
+def sglang_on_cpu() -> bool:
+    """SGLang's own switch for its CPU path (read by SGLang itself at import time too)."""
+    return os.environ.get("SGLANG_USE_CPU_ENGINE", "").lower() in ("1", "true")
+
+
 def resolve_engine_kind(requested: str) -> str:
     """Map `--engine auto|cpu|sglang` to the engine that will actually run."""
     if requested not in ENGINE_CHOICES:
@@ -48,9 +62,10 @@ def resolve_engine_kind(requested: str) -> str:
         return "cpu"
     has_sglang, has_cuda = sglang_importable(), cuda_available()
     if requested == "sglang":
-        if not (has_sglang and has_cuda):
+        if not (has_sglang and (has_cuda or sglang_on_cpu())):
             raise SystemExit(
-                "--engine sglang needs a CUDA device and the sglang package "
+                "--engine sglang needs the sglang package and a CUDA device, or "
+                "SGLANG_USE_CPU_ENGINE=1 for SGLang's CPU path "
                 f"(cuda available: {has_cuda}, sglang importable: {has_sglang}); "
                 "use --engine cpu to run the embedded CPU engine"
             )
