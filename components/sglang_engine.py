@@ -16,6 +16,7 @@ from sglang.srt.arg_groups.model_override_base import resolved_view
 from sglang.srt.server_args import ServerArgs
 
 from components.engine_factory import EngineLimits, sglang_on_cpu
+from handlers import FAKE_BOOTSTRAP_HOST  # SGLang's own value: its prefill skips the transfer
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +123,6 @@ def local_ip() -> str:
 async def warmup_prefill(engine: Any, bootstrap_port: int) -> None:
     """One request through the prefill path before serving (SGLang's fake bootstrap host: no
     decode peer), so the first real request does not pay for compilation and allocation."""
-    from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
-
     async def run() -> None:
         stream = await engine.async_generate(
             input_ids=[10, 11, 12, 13],
