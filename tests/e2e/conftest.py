@@ -71,11 +71,12 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
         stack.start_frontend()
         endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
         if disaggregated:
-            stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS,
+            nixl = ("--disaggregation-transfer-backend", "nixl")
+            stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS, *nixl,
                                "--endpoint", "dyn://dynamo.sglang_prefill.generate",
                                "--disaggregation-bootstrap-port", str(free_port()),
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
-            stack.start_worker("sglang", "decode", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint,
+            stack.start_worker("sglang", "decode", SGLANG, *SGLANG_ENGINE_ARGS, *nixl, *endpoint,
                                "--prefill-endpoint", "dyn://dynamo.sglang_prefill.generate",
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
         else:
