@@ -88,6 +88,14 @@ def test_max_tokens_one_returns_one_token(stack, http, streaming):
     assert (usage["completion_tokens"], finish) == (1, "length")
 
 
+def test_n2_returns_two_choices(stack, http):
+    out = chat(http, stack.url, {**body(SGLANG, PROMPTS[0]), "temperature": 0.8, "n": 2})
+    assert sorted(c["index"] for c in out["choices"]) == [0, 1]
+    assert all(c["finish_reason"] == "length" for c in out["choices"])
+    assert out["usage"]["completion_tokens"] == 2 * GREEDY["max_tokens"]
+    in_flight_settles_to_zero(stack)
+
+
 def test_stop_string_ends_the_output_before_it(stack, http):
     plain = {"temperature": 0.0, "max_tokens": 12}  # the 1.6.1 frontend drops stops with ignore_eos
     text = chat(http, stack.url, {"model": SGLANG, "messages": user(PROMPTS[1]), **plain}
@@ -118,17 +126,22 @@ def test_stop_token_id_ends_the_output(stack, http, tokenizer, tiny_model_path):
     assert out["usage"]["completion_tokens"] in (k, k + 1)  # the stop token may be counted
 
 
-def test_cancel_mid_stream_empties_sglangs_request_table(stack):
-    b = {**body(SGLANG, "a long answer please"), "max_tokens": 1500, "stream": True}
+@pytest.mark.parametrize("n", [1, 2])  # n=2: SGLang runs one sub-request per choice
+def test_cancel_mid_stream_empties_sglangs_request_table(stack, n):
+    # The frontend wants a temperature above 0 with n > 1.
+    b = {**body(SGLANG, "a long answer please"), "max_tokens": 1500, "stream": True, "n": n,
+         "temperature": 0.8}
     with httpx.Client(timeout=60) as client:
         with client.stream("POST", f"{stack.url}/v1/chat/completions", json=b) as r:
-            seen = 0
-            for line in r.iter_lines():
+            assert r.status_code == 200, r.read()
+            seen, lines = 0, r.iter_lines()  # held: a dropped line iterator closes the response
+            for line in lines:
                 seen += line.startswith("data:")
-                if seen >= 3:
-                    break  # leaving the block closes the connection mid-stream
-        assert seen >= 3
-        assert stack.procs["sglang"].requests_in_flight() >= 0
+                if seen >= 3 * n:
+                    break
+            assert seen >= 3 * n
+            assert stack.procs["sglang"].requests_in_flight() == n  # still generating
+        # leaving the block closed the connection mid-stream
     in_flight_settles_to_zero(stack)
 
 
