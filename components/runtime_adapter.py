@@ -2,7 +2,8 @@
 
 - `RuntimePrefillClient` adapts Dynamo's `Client` to the handlers' `PrefillClient` protocol:
   plain-dict streams, a child context linked to the request's, and a retry over instances that
-  refuse connections (a killed prefill stays listed in file discovery until its entry is removed).
+  refuse connections (a killed prefill stays listed in file discovery until its entry is removed);
+  a prefill's `InvalidArgument` (a request its engine refused) becomes the handlers' `RequestError`.
 - `translate_errors` wraps a handler's `generate`: `RequestError` becomes Dynamo's
   `InvalidArgument` (HTTP 400 with the message); other failures stay exceptions (HTTP 500).
 """
@@ -58,8 +59,12 @@ class RuntimePrefillClient:
         watcher = asyncio.ensure_future(_link(context, child)) if context is not None else None
         try:
             stream, first = await self._open(request, child)
-        except BaseException:
+        except BaseException as exc:
             _unlink(watcher, child, completed=False)
+            if isinstance(exc, InvalidArgument):
+                # The prefill's engine refused the request (SGLang validates it there first):
+                # the client's error, with the prefill's message, not a prefill failure.
+                raise RequestError(str(exc)) from None
             raise
         return PrefillStream(stream, first, child, watcher)
 

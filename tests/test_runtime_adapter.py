@@ -5,8 +5,10 @@ client (fakes stand in for Dynamo's Client and Context)."""
 import asyncio
 
 import pytest
+from dynamo.llm.exceptions import InvalidArgument
 
 from components.runtime_adapter import RuntimePrefillClient
+from handlers.errors import RequestError
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -50,6 +52,8 @@ class FakeClient:
         async def stream():
             await asyncio.sleep(self.first_delay)
             for item in self.items:
+                if isinstance(item, Exception):
+                    raise item
                 yield item
 
         return stream()
@@ -90,3 +94,12 @@ async def test_a_stream_read_to_its_end_leaves_the_prefill_alone():
     assert [item async for item in stream] == [BOOT, {"finished": True}]
     await stream.aclose()
     assert not client.contexts[0].stopped.is_set()
+
+
+async def test_a_request_the_prefill_engine_refused_is_the_clients_error():
+    message = "min_new_tokens must be in [0, max_new_tokens(4)], got 9."
+    client, parent = FakeClient([InvalidArgument(message)]), FakeContext()
+    with pytest.raises(RequestError) as err:
+        await RuntimePrefillClient(client).generate({}, parent)
+    assert str(err.value) == message  # shown to the client as a 400, in SGLang's words
+    assert client.contexts[0].stopped.is_set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.client import chat, stream, user
+from tests.e2e.client import chat, error_message, post, stream, user
 from tests.e2e.conftest import AGG, SGLANG, start_sglang_topology
 from tests.e2e.stack import wait_until
 
@@ -25,6 +25,7 @@ def stack(request, tmp_path_factory, tiny_model_path):
     stack = start_sglang_topology(tmp_path_factory.mktemp(f"sglang-disagg-{request.param}"),
                                   tiny_model_path, skip_tokenizer_init=request.param == "tokens",
                                   disaggregated=True)
+    stack.mode = request.param
     yield stack
     stack.stop()
 
@@ -71,3 +72,14 @@ def test_cancel_mid_stream_leaves_nothing_in_either_engine(stack, http):
         wait_until(lambda: stack.procs[name].requests_in_flight() == 0, 30,
                    f"the {name} engine's request table to empty")
     assert chat(http, stack.url, body(SGLANG, "next", max_tokens=2))["usage"]["completion_tokens"] == 2
+
+
+def test_a_request_sglang_refuses_is_a_400_with_its_message(stack, http):
+    if stack.mode != "text":
+        pytest.skip("Tokens mode: the frontend keeps min_tokens for itself")
+    r = post(http, stack.url, "chat/completions",
+             {"model": SGLANG, "messages": user("hi"), "max_tokens": 4, "min_tokens": 9})
+    assert r.status_code == 400, r.text
+    assert "min_new_tokens must be in [0, max_new_tokens(4)], got 9" in error_message(r)
+    assert chat(http, stack.url, body(SGLANG, "still alive?", max_tokens=2))["usage"][
+        "completion_tokens"] == 2
