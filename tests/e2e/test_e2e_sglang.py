@@ -51,6 +51,11 @@ def in_flight_settles_to_zero(stack) -> None:
                "SGLang's request table to empty")
 
 
+def cancellations(stack) -> int:
+    """Requests the worker saw cancelled by the client (it aborts them in SGLang)."""
+    return stack.procs["sglang"].log_text().count("cancelled by the client")
+
+
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_output_equals_cpu_engine_and_transformers(stack, http, tokenizer,
                                                           tiny_model_path, prompt):
@@ -131,6 +136,7 @@ def test_cancel_mid_stream_empties_sglangs_request_table(stack, n):
     # The frontend wants a temperature above 0 with n > 1.
     b = {**body(SGLANG, "a long answer please"), "max_tokens": 1500, "stream": True, "n": n,
          "temperature": 0.8}
+    before = cancellations(stack)
     with httpx.Client(timeout=60) as client:
         with client.stream("POST", f"{stack.url}/v1/chat/completions", json=b) as r:
             assert r.status_code == 200, r.read()
@@ -143,15 +149,18 @@ def test_cancel_mid_stream_empties_sglangs_request_table(stack, n):
             assert stack.procs["sglang"].requests_in_flight() == n  # still generating
         # leaving the block closed the connection mid-stream
     in_flight_settles_to_zero(stack)
+    wait_until(lambda: cancellations(stack) == before + 1, 10, "the worker to cancel it")
 
 
 @pytest.mark.parametrize("attempt", range(2))  # the disconnect lands at varying stages
 def test_cancel_before_first_token_empties_sglangs_request_table(stack, http, attempt):
     b = {**body(SGLANG, "word " * 1500), "max_tokens": 200, "stream": True}
+    before = cancellations(stack)
     with httpx.Client(timeout=60) as client:
         with client.stream("POST", f"{stack.url}/v1/chat/completions", json=b) as r:
             assert r.status_code == 200  # headers only; close before any token is read
     in_flight_settles_to_zero(stack)
+    wait_until(lambda: cancellations(stack) == before + 1, 10, "the worker to cancel it")
     assert chat(http, stack.url, body(SGLANG, "next", max_tokens=2))["usage"]["completion_tokens"] == 2
 
 
