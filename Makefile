@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
-REQS := requirements/base.txt requirements/sglang-cpu.txt pyproject.toml
+REQS := requirements/base.txt requirements/sglang-cpu.txt requirements/constraints.txt pyproject.toml
 
 .PHONY: install test test-fast fuzz demo bench models clean
 
@@ -13,12 +13,13 @@ install: $(STAMP)
 $(STAMP): $(REQS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -r requirements/base.txt
+	$(PIP) install -q -c requirements/constraints.txt -r requirements/base.txt
 	# ai-dynamo 1.6.1 requires `aisimulate`, whose wheel downloads from an unreachable host: install
-	# the frontend without deps (its real needs are in base.txt). sglang cannot run on CPU, but its
-	# ServerArgs and OpenAI protocol import with these extras, so tests check flags against the real thing.
+	# the frontend without deps (its real needs are in base.txt). sglang's own requirements pull a
+	# CUDA torch: install it without deps, then its CPU-runnable requirements under the torch pin,
+	# so the tests run the real sglang.Engine on CPU (SGLANG_USE_CPU_ENGINE=1).
 	$(PIP) install -q --no-deps ai-dynamo==1.6.1 sglang==0.5.23
-	$(PIP) install -q -r requirements/sglang-cpu.txt
+	$(PIP) install -q -c requirements/constraints.txt -r requirements/sglang-cpu.txt
 	touch $(STAMP)
 
 test: install

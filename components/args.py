@@ -87,8 +87,9 @@ def _positive_float(text: str) -> float:
 def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("Dynamo")
     g.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("ENGINE", "auto"),
-                   help="sglang needs CUDA; auto picks sglang when CUDA and sglang are present, "
-                        "else the embedded CPU engine (env ENGINE)")
+                   help="sglang needs CUDA, or SGLANG_USE_CPU_ENGINE=1 for SGLang's CPU path; "
+                        "auto picks sglang when CUDA and sglang are present, else the embedded "
+                        "CPU engine (env ENGINE)")
     g.add_argument("--endpoint", default=None,
                    help="dyn://ns.comp.ep to serve; default dyn://$DYN_NAMESPACE.backend.generate "
                         "(prefill: .prefill.generate)")
@@ -152,7 +153,12 @@ def parse_args(argv: list[str]) -> WorkerConfig:
     pre.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("ENGINE", "auto"))
     known, _ = pre.parse_known_args(argv)
     kind = resolve_engine_kind(known.engine)
-    ns = build_parser(kind).parse_args(argv)
+    parser = build_parser(kind)
+    if kind == "sglang":
+        from components.sglang_engine import merge_config_file
+
+        argv = merge_config_file(parser, argv)
+    ns = parser.parse_args(argv)
     if not any(a.startswith("--disaggregation-bootstrap-port") for a in argv):
         ns.disaggregation_bootstrap_port = reserve_free_port(ns.host)
     mode = WorkerMode.from_disaggregation_mode(ns.disaggregation_mode)

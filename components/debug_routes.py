@@ -1,7 +1,10 @@
 """Operational read-outs on Dynamo's system status server (`DYN_SYSTEM_PORT`).
 
-`GET /engine/kv_pages` -> `{"pages_in_use": n}`: the engine's KV pool occupancy. The end-to-end
-tests use it to check that aborted and finished requests free everything they held. Enabled by
+`GET /engine/kv_pages` -> `{"pages_in_use": n}`: the engine's KV pool occupancy (CPU engine).
+`GET /engine/requests` -> `{"in_flight": n}`: requests SGLang's TokenizerManager still tracks
+(`rid_to_state`; an entry leaves once the scheduler reports the request finished or aborted;
+null for the CPU engine, which keeps no such table). The end-to-end tests use them to check that aborted and
+finished requests free everything they held. Enabled by
 `--debug-routes` (or `DYN_DEBUG_ROUTES=1`); the system server binds to `DYN_SYSTEM_HOST`, which
 the worker defaults to its `--host` (loopback by default).
 """
@@ -17,4 +20,9 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
         pages = getattr(engine, "kv_pages_in_use", None)
         return {"pages_in_use": pages() if callable(pages) else None}
 
+    async def requests(_body: dict) -> dict:
+        states = getattr(engine.tokenizer_manager, "rid_to_state", None)
+        return {"in_flight": None if states is None else len(states)}
+
     runtime.register_engine_route("kv_pages", kv_pages)
+    runtime.register_engine_route("requests", requests)

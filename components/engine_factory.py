@@ -1,7 +1,8 @@
 """The one place that decides which engine a worker runs, and builds it.
 
-`sglang` needs CUDA and an importable `sglang` package; everything else runs the embedded CPU
-engine (`components.engine`), which speaks the same Engine API. Nothing here imports sglang:
+`sglang` needs an importable `sglang` package and CUDA, or SGLang's own CPU path chosen with
+SGLang's switch `SGLANG_USE_CPU_ENGINE=1`; everything else runs the embedded CPU engine
+(`components.engine`), which speaks the same Engine API. Nothing here imports sglang:
 that happens only in `components.sglang_engine`, and only when the sglang engine is chosen.
 """
 
@@ -11,7 +12,7 @@ import importlib.util
 import logging
 from typing import Any
 
-from components.engine_limits import EngineLimits
+from components.engine_limits import EngineLimits, sglang_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +40,10 @@ def resolve_engine_kind(requested: str) -> str:
         return "cpu"
     has_sglang, has_cuda = sglang_importable(), cuda_available()
     if requested == "sglang":
-        if not (has_sglang and has_cuda):
+        if not (has_sglang and (has_cuda or sglang_on_cpu())):
             raise SystemExit(
-                "--engine sglang needs a CUDA device and the sglang package "
+                "--engine sglang needs the sglang package and a CUDA device, or "
+                "SGLANG_USE_CPU_ENGINE=1 for SGLang's CPU path "
                 f"(cuda available: {has_cuda}, sglang importable: {has_sglang}); "
                 "use --engine cpu to run the embedded CPU engine"
             )

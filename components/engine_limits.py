@@ -1,7 +1,9 @@
-"""What registration advertises about an engine's capacity, whichever engine runs."""
+"""What registration advertises about an engine, whichever engine runs, and which one can run
+(read without importing either)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -11,3 +13,15 @@ class EngineLimits:
     max_total_num_tokens: int
     max_running_requests: int | None
     page_size: int
+    # Tokens the engine keeps per request on top of prompt + output (speculative decoding's
+    # draft tokens): requests get context_length - reserved_tokens.
+    reserved_tokens: int = 0
+
+    @property
+    def request_token_limit(self) -> int:
+        return self.context_length - self.reserved_tokens
+
+
+def sglang_on_cpu() -> bool:
+    """SGLang's own switch for its CPU path (read by SGLang itself at import time too)."""
+    return os.environ.get("SGLANG_USE_CPU_ENGINE", "").lower() in ("1", "true")

@@ -20,11 +20,17 @@ from handlers import (
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
-def advertised_host(host: str) -> str:
+def advertised_host(host: str, engine_kind: str) -> str:
     """The address a decode engine should dial for this prefill's bootstrap server: the bind
-    address, or this machine's address when bound to a wildcard."""
+    address, or this machine's address when bound to a wildcard. For SGLang, the address
+    SGLang's own bootstrap advertises (honours SGLANG_HOST_IP; the host name can resolve to a
+    loopback alias such as 127.0.1.1, which no other machine can dial)."""
     if host not in _WILDCARD_HOSTS:
         return host
+    if engine_kind == "sglang":
+        from components.sglang_engine import local_ip
+
+        return local_ip()
     return socket.gethostbyname(socket.gethostname())
 
 
@@ -40,14 +46,14 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
         # The engine's own record: the CPU engine reports the port it really bound (port 0).
         port = int(engine.server_args.disaggregation_bootstrap_port)
         return PrefillHandler(engine, PrefillConfig(
-            bootstrap_host=advertised_host(config.host), bootstrap_port=port))
+            bootstrap_host=advertised_host(config.host, config.engine_kind), bootstrap_port=port))
     limits = engine_limits(config.engine_kind, engine)
     preprocessor = None
     if not config.skip_tokenizer_init:
         preprocessor = Preprocessor(engine.tokenizer_manager.tokenizer)
     decode_config = DecodeConfig(
         served_model_name=config.served_model_name,
-        context_length=limits.context_length,
+        context_length=limits.request_token_limit,
         vocab_size=_vocab_size(engine),
         skip_tokenizer_init=config.skip_tokenizer_init,
         disaggregated=config.mode is WorkerMode.DECODE,

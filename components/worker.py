@@ -1,8 +1,8 @@
 """The worker process: parse -> runtime -> engine -> handler -> serve (+ register).
 
 `python -m components ...` runs one worker in one of three roles, picked by SGLang's
-`--disaggregation-mode`: agg (`null`), prefill or decode. On SIGTERM/SIGINT it unregisters,
-lets in-flight requests finish (the endpoint is served with graceful_shutdown), shuts the
+`--disaggregation-mode`: agg (`null`), prefill or decode. On SIGTERM/SIGINT (owned by the worker
+even after SGLang tries to install its own handler) it unregisters, lets in-flight requests finish (the endpoint is served with graceful_shutdown), shuts the
 engine down and exits 0. Startup failures (bad flags, model load, registration) exit non-zero.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
 from typing import Any
 
@@ -23,6 +22,7 @@ from components.engine_factory import build_engine, engine_limits
 from components.handler_factory import build_handler, health_check_payload
 from components.register import register_served_model, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
+from components.signal_guard import SignalGuard
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,16 @@ async def connect_prefill(runtime: Any, config: WorkerConfig) -> RuntimePrefillC
                          f"within {timeout:.0f}s") from None
     logger.info("prefill instances: %s", [f"{i:x}" for i in ids])
     return prefill
+
+
+async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
+    """SGLang prefill engines take one request through the prefill path before serving, as
+    Dynamo's do; the CPU engine has nothing to compile or allocate lazily."""
+    if config.engine_kind != "sglang":
+        return
+    from components.sglang_engine import warmup_prefill as sglang_warmup
+
+    await sglang_warmup(engine, int(engine.server_args.disaggregation_bootstrap_port))
 
 
 class Worker:
@@ -127,8 +137,9 @@ async def run_worker(config: WorkerConfig) -> None:
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, engine)
         worker = Worker(config, runtime, engine)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.stop()))
+        SignalGuard(loop).take(lambda: asyncio.ensure_future(worker.stop()))
+        if config.mode is WorkerMode.PREFILL:
+            await warmup_prefill(config, engine)
         await worker.serve(handler)
     finally:
         if handler is not None:

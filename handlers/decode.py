@@ -86,6 +86,7 @@ class DecodeHandler(BaseHandler):
             return
         finally:
             guard.close()
+            await _aclose(guard.stream)  # SGLang aborts every sub-request (n > 1) it started
         logger.info(
             "request %s done: prompt=%d completion=%d in %.3fs",
             guard.rid, len(job.input_ids), job.stream.completion_tokens,
@@ -160,7 +161,7 @@ class DecodeHandler(BaseHandler):
     ) -> AsyncIterator[dict[str, Any]]:
         boot = await self._start_prefill(job, guard, context) if self.config.disaggregated else None
         guard.check()
-        stream = await self.engine.async_generate(
+        stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,
             sampling_params=job.sampling_params,
             stream=True,
@@ -174,6 +175,8 @@ class DecodeHandler(BaseHandler):
             raise EngineError(
                 f"no first token within {self.config.first_token_timeout_s:g} s"
             ) from None
+        except ValueError as exc:  # SGLang validates the request on the stream's first read
+            raise RequestError(str(exc)) from None
         guard.progressing()  # decode has the KV now: a later prefill hiccup is harmless
         while chunk is not END:
             guard.check()

@@ -40,6 +40,7 @@ class RequestGuard:
         self._finished = False
         self._progressing = False
         self.error: Optional[Exception] = None
+        self.stream: Optional[AsyncIterator[Any]] = None  # the engine's; the handler closes it
 
     def start(self) -> None:
         """Watch the context, so a stop aborts the engine even before its first chunk."""

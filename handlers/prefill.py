@@ -82,7 +82,7 @@ class PrefillHandler(BaseHandler):
             # One loop turn so the drain task submits the request (engines whose stream
             # submits lazily, like SGLang's) before decode learns the room.
             await asyncio.sleep(0)
-            if not health_check:
+            if not health_check and not _refused(drain):
                 yield boot.model_dump()
             done = await self._wait(drain, guard)
         except Stopped:
@@ -104,6 +104,8 @@ class PrefillHandler(BaseHandler):
             raise EngineError(
                 f"prefill engine did not finish within {self.config.engine_timeout_s:g} s"
             ) from None
+        except ValueError as exc:  # SGLang validates the request on the stream's first read
+            raise RequestError(str(exc)) from None
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():
                 raise  # we are being cancelled ourselves
@@ -126,3 +128,9 @@ class PrefillHandler(BaseHandler):
             prompt_tokens=int(meta.get("prompt_tokens") or 0),
             cached_tokens=int(meta.get("cached_tokens") or 0),
         )
+
+
+def _refused(drain: "asyncio.Task[PrefillDone]") -> bool:
+    """SGLang validates a request on the stream's first read (ValueError): then no decode
+    must be sent to a room that will never be served."""
+    return drain.done() and not drain.cancelled() and isinstance(drain.exception(), ValueError)

@@ -1,6 +1,7 @@
 """Start and stop real topologies for the tests and benchmarks: `python -m dynamo.frontend` plus
-worker processes (`python -m components`) on the CPU engine, sharing a private file-discovery
-directory (the processes `launch/agg.sh` and `launch/disagg.sh` start).
+worker processes (`python -m components`) on the embedded CPU engine or on the real SGLang engine
+(SGLang's own CPU path), sharing a private file-discovery directory (the processes
+`launch/agg.sh` and `launch/disagg.sh` start).
 
 Each process runs in its own process group with its output in a log file under the stack's
 directory; stopping sends SIGTERM to a group, waits a bounded time, then SIGKILLs it. Ready means
@@ -10,6 +11,7 @@ succeeds (a decode worker may be listed before it has found its prefill peer).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -30,6 +32,23 @@ HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
 PROBE_TIMEOUT_S = 30.0  # one 2-token request; a cold worker compiles nothing, but the box is busy
+# The test-only stand-ins and import hook that let SGLang run on CPU; only SGLang workers get it.
+SGLANG_CPU_PATH = REPO / "tests" / "sglang_cpu"
+
+
+def engine_argv(engine: str) -> list[str]:
+    if engine == "sglang":
+        return ["--engine", "sglang"]
+    return ["--engine", "cpu", "--cpu-num-threads", "1"]
+
+
+def engine_env(engine: str) -> dict[str, str]:
+    """SGLang on CPU: SGLang's own switch, and the stand-ins on the path of this process and the
+    scheduler processes SGLang spawns from it (they inherit PYTHONPATH and load sitecustomize)."""
+    if engine != "sglang":
+        return {}
+    path = os.pathsep.join(p for p in (str(SGLANG_CPU_PATH), os.environ.get("PYTHONPATH")) if p)
+    return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": path}
 
 
 def free_port() -> int:
@@ -102,9 +121,15 @@ class Proc:
             self.signal_group(signal.SIGKILL)  # stragglers left in the group
 
     def kv_pages_in_use(self) -> int:
-        r = httpx.get(f"http://{HOST}:{self.system_port}/engine/kv_pages", timeout=5)
+        return int(self.engine_route("kv_pages")["pages_in_use"])
+
+    def requests_in_flight(self) -> int:
+        return int(self.engine_route("requests")["in_flight"])
+
+    def engine_route(self, name: str) -> dict[str, Any]:
+        r = httpx.get(f"http://{HOST}:{self.system_port}/engine/{name}", timeout=5)
         r.raise_for_status()
-        return int(r.json()["pages_in_use"])
+        return r.json()
 
 
 def stop_together(procs: Iterable[Proc], timeout: float) -> None:
@@ -163,21 +188,28 @@ class Stack:
         return self._spawn("frontend", argv, self.env())
 
     def start_worker(self, name: str, mode: str, served_name: str, *extra: str,
-                     skip_tokenizer_init: bool = True) -> Proc:
+                     skip_tokenizer_init: bool = True, engine: str = "cpu") -> Proc:
         system_port = free_system_port()
-        argv = [sys.executable, "-m", "components", "--engine", "cpu",
+        argv = [sys.executable, "-m", "components", *engine_argv(engine),
                 "--model-path", self.model_path, "--served-model-name", served_name,
-                "--host", HOST, "--disaggregation-mode", mode, "--debug-routes",
-                "--cpu-num-threads", "1", *extra]
+                "--host", HOST, "--disaggregation-mode", mode, "--debug-routes", *extra]
         if skip_tokenizer_init:
             argv.append("--skip-tokenizer-init")
-        env = self.env(DYN_SYSTEM_PORT=str(system_port))
+        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env(engine))
         return self._spawn(name, argv, env, system_port)
 
     def models(self) -> list[str]:
         r = httpx.get(f"{self.url}/v1/models", timeout=5)
         r.raise_for_status()
         return [m["id"] for m in r.json()["data"]]
+
+    def model_card(self, served_name: str) -> dict[str, Any]:
+        """The model card a worker registered, as file discovery stores it."""
+        for path in (self.kv_dir / "v1" / "mdc").iterdir():
+            card = json.loads(path.read_text())["card_json"]
+            if card["display_name"] == served_name:
+                return card
+        raise KeyError(f"no model card for {served_name} in {self.kv_dir}")
 
     def answers(self, served_name: str) -> bool:
         """One 2-token chat to `served_name` succeeds; raises on any other status."""

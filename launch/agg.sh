@@ -2,9 +2,9 @@
 # Aggregated serving: client -> dynamo.frontend (HTTP) -> one worker that prefills and decodes
 # in one engine (no KV transfer).
 #
-# With a GPU: SGLang. Without (or with --cpu / ENGINE=cpu): the embedded CPU engine, by default
-# on the project's `small` model (built on first use). File-based discovery (a fresh DYN_FILE_KV
-# per run unless one is given): no etcd or NATS.
+# With a GPU: SGLang (--sglang-cpu: SGLang's own CPU path). Without (or with --cpu / ENGINE=cpu):
+# the embedded CPU engine, by default on the project's `small` model (built on first use).
+# File-based discovery (a fresh DYN_FILE_KV per run unless one is given): no etcd or NATS.
 set -Eeuo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -20,17 +20,18 @@ Usage: $0 [options] [-- extra worker args]
   --skip-tokenizer-init      token passthrough, the frontend tokenizes (default)
   --no-skip-tokenizer-init   text mode: the worker applies the chat template and tokenizes
   --cpu | --gpu              force the CPU engine / SGLang on a GPU (default: GPU if present)
+  --sglang-cpu               SGLang's own CPU path (SGLANG_USE_CPU_ENGINE=1), no GPU needed
   --dry-run                  print the commands and exit
   -h, --help                 this text
 
-Environment: MODEL, HOST, HTTP_PORT, ENGINE=cpu|sglang, DYN_FILE_KV, LOG_DIR (per-process
+Environment: MODEL, HOST, HTTP_PORT, ENGINE=cpu|sglang, SGLANG_USE_CPU_ENGINE=1, DYN_FILE_KV, LOG_DIR (per-process
 logs), READY_TIMEOUT (s), PYTHON. Everything after -- is passed to the worker.
 USAGE
 }
 
 parse_launch_args "$@"
 engine_defaults
-WORKER_CMD=("$PYTHON" -m components --model-path "$MODEL" --served-model-name "$SERVED"
+WORKER_CMD=("${WORKER_ENV[@]}" "$PYTHON" -m components --model-path "$MODEL" --served-model-name "$SERVED"
             --host "$HOST" "${ENGINE_ARGS[@]}" --disaggregation-mode null)
 ((SKIP_TOKENIZER)) && WORKER_CMD+=(--skip-tokenizer-init)
 WORKER_CMD+=("${EXTRA[@]}")

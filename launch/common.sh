@@ -29,18 +29,22 @@ start() {
     PIDS+=("$!")
 }
 
+# TERM goes to each started process itself, not its group: a worker unregisters, drains and
+# then stops its engine's subprocesses (SGLang's scheduler and detokenizer share its group and
+# would die mid-request if signalled too). Whatever is left in a group once its leader is gone
+# or past the bound is killed.
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     local pid deadline
-    for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     deadline=$((SECONDS + STOP_TIMEOUT))
     for pid in "${PIDS[@]}"; do
-        while kill -0 -- "-$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-        if kill -0 -- "-$pid" 2>/dev/null; then
-            log "process group $pid did not stop in ${STOP_TIMEOUT}s; killing it"
-            kill -KILL -- "-$pid" 2>/dev/null || true
+        while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+        if kill -0 "$pid" 2>/dev/null; then
+            log "process $pid did not stop in ${STOP_TIMEOUT}s; killing its group"
         fi
+        kill -KILL -- "-$pid" 2>/dev/null || true
     done
     [[ -n "$CREATED_KV_DIR" ]] && rm -rf "$CREATED_KV_DIR"
     log "stopped"
@@ -68,10 +72,13 @@ ensure_small_model() {
 }
 
 # parse_launch_args ARGS...: the options agg.sh and disagg.sh share (their usage texts say
-# which). Sets MODEL SERVED HOST HTTP_PORT BOOTSTRAP_PORT SKIP_TOKENIZER ENGINE DRY_RUN EXTRA.
+# which). Sets MODEL SERVED HOST HTTP_PORT BOOTSTRAP_PORT SKIP_TOKENIZER ENGINE SGLANG_CPU DRY_RUN
+# EXTRA.
 parse_launch_args() {
     MODEL="${MODEL:-}" SERVED="" HOST="${HOST:-127.0.0.1}" HTTP_PORT="${HTTP_PORT:-8000}"
     BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}" SKIP_TOKENIZER=1 ENGINE="${ENGINE:-}" DRY_RUN=0
+    SGLANG_CPU=0
+    [[ "${SGLANG_USE_CPU_ENGINE:-}" == 1 ]] && SGLANG_CPU=1
     EXTRA=()
     while (($#)); do
         case "$1" in
@@ -84,6 +91,7 @@ parse_launch_args() {
             --no-skip-tokenizer-init) SKIP_TOKENIZER=0; shift ;;
             --cpu) ENGINE=cpu; shift ;;
             --gpu) ENGINE=sglang; shift ;;
+            --sglang-cpu) ENGINE=sglang; SGLANG_CPU=1; shift ;;
             --dry-run) DRY_RUN=1; shift ;;
             -h|--help) usage; exit 0 ;;
             --) shift; EXTRA=("$@"); break ;;
@@ -91,12 +99,32 @@ parse_launch_args() {
         esac
     done
     if [[ -z "$ENGINE" ]]; then ENGINE=$(have_gpus && echo sglang || echo cpu); fi
+    if ((SGLANG_CPU)); then ENGINE=sglang; fi
 }
 
-# engine_defaults: model, served name, engine flags and start-up bound for $ENGINE. Sets
-# ENGINE_ARGS and READY_TIMEOUT.
+# sglang_cpu_env: WORKER_ENV for SGLang's own CPU path: SGLang's switch and, where SGLang's CPU
+# kernels (`sgl_kernel`) are not installed, the project's test-only stand-ins on the workers' path.
+sglang_cpu_env() {
+    WORKER_ENV=(env SGLANG_USE_CPU_ENGINE=1)
+    if ! "$PYTHON" -c 'import sgl_kernel' 2>/dev/null; then
+        ((DRY_RUN)) || log "sgl_kernel is not installed: using the test-only stand-ins in tests/sglang_cpu"
+        WORKER_ENV+=("PYTHONPATH=$REPO_ROOT/tests/sglang_cpu${PYTHONPATH:+:$PYTHONPATH}")
+    fi
+}
+
+# engine_defaults: model, served name, engine flags, worker environment and start-up bound for
+# $ENGINE. Sets ENGINE_ARGS, WORKER_ENV and READY_TIMEOUT.
 engine_defaults() {
-    if [[ "$ENGINE" == sglang ]]; then
+    WORKER_ENV=(env)
+    if [[ "$ENGINE" == sglang ]] && ((SGLANG_CPU)); then
+        if [[ -z "$MODEL" ]]; then
+            MODEL=$(ensure_small_model)
+            SERVED="${SERVED:-small}"
+        fi
+        ENGINE_ARGS=(--engine sglang --page-size 16)
+        READY_TIMEOUT="${READY_TIMEOUT:-300}"
+        sglang_cpu_env
+    elif [[ "$ENGINE" == sglang ]]; then
         MODEL="${MODEL:-Qwen/Qwen3-0.6B}"
         # --page-size 16 and --trust-remote-code as in Dynamo's SGLang launch scripts.
         ENGINE_ARGS=(--engine sglang --page-size 16 --trust-remote-code)

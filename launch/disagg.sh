@@ -5,10 +5,11 @@
 #                                         -> prefill worker (private endpoint; GPU 0)
 #             prefill pushes the prompt's KV cache into decode's memory over NIXL.
 #
-# With GPUs: both workers run SGLang (--disaggregation-transfer-backend nixl). Without GPUs
-# (or with --cpu / ENGINE=cpu): the same topology on the embedded CPU engine, by default on the
-# project's `small` model (built on first use). Discovery is file based (a fresh DYN_FILE_KV
-# per run unless one is given), so no etcd or NATS is needed.
+# With GPUs: both workers run SGLang (--disaggregation-transfer-backend nixl); --sglang-cpu runs
+# SGLang's own CPU path instead. Without GPUs (or with --cpu / ENGINE=cpu): the same topology
+# on the embedded CPU engine, by default on the project's `small` model (built on first use).
+# Discovery is file based (a fresh DYN_FILE_KV per run unless one is given), so no etcd or NATS
+# is needed.
 set -Eeuo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -24,10 +25,12 @@ Usage: $0 [options] [-- extra worker args]
   --skip-tokenizer-init      token passthrough, the frontend tokenizes (default)
   --no-skip-tokenizer-init   text mode: the workers apply the chat template and tokenize
   --cpu | --gpu              force the CPU engine / SGLang on GPUs (default: GPUs if present)
+  --sglang-cpu               SGLang's own CPU path (SGLANG_USE_CPU_ENGINE=1), no GPU needed
   --dry-run                  print the commands and exit
   -h, --help                 this text
 
-Environment: MODEL, HOST, HTTP_PORT, BOOTSTRAP_PORT, ENGINE=cpu|sglang, DYN_FILE_KV, LOG_DIR
+Environment: MODEL, HOST, HTTP_PORT, BOOTSTRAP_PORT, ENGINE=cpu|sglang, SGLANG_USE_CPU_ENGINE=1,
+DYN_FILE_KV, LOG_DIR
 (per-process logs), READY_TIMEOUT (s), PREFILL_GPU (0), DECODE_GPU (1), PYTHON.
 Everything after -- is passed to both workers (SGLang flag names).
 EOF
@@ -36,8 +39,8 @@ EOF
 parse_launch_args "$@"
 engine_defaults
 ENGINE_ARGS+=(--disaggregation-transfer-backend nixl)
-PREFILL_ENV=(env) DECODE_ENV=(env)
-if [[ "$ENGINE" == sglang ]]; then
+PREFILL_ENV=("${WORKER_ENV[@]}") DECODE_ENV=("${WORKER_ENV[@]}")
+if [[ "$ENGINE" == sglang ]] && ! ((SGLANG_CPU)); then
     PREFILL_ENV=(env "CUDA_VISIBLE_DEVICES=${PREFILL_GPU:-0}")
     DECODE_ENV=(env "CUDA_VISIBLE_DEVICES=${DECODE_GPU:-1}")
 fi

@@ -7,7 +7,6 @@ are Dynamo's own)."""
 import asyncio
 
 import pytest
-
 from dynamo.llm.exceptions import HttpError, InvalidArgument
 
 from components.backoff import Backoff
@@ -56,6 +55,8 @@ class FakeClient:
         async def stream():
             await asyncio.sleep(self.first_delay)
             for item in self.items:
+                if isinstance(item, Exception):
+                    raise item
                 yield item
 
         return stream()
@@ -225,3 +226,12 @@ async def test_an_unavailable_prefill_is_a_503_and_a_request_error_a_400():
     assert info.value.code == 503 and "did not respond within 5 s" in info.value.message
     with pytest.raises(InvalidArgument, match="temperature: must be >= 0"):
         _ = [x async for x in translate_errors(rejected)({}, None)]
+
+
+async def test_a_request_the_prefill_engine_refused_is_the_clients_error():
+    message = "min_new_tokens must be in [0, max_new_tokens(4)], got 9."
+    client, parent = FakeClient([InvalidArgument(message)]), FakeContext()
+    with pytest.raises(RequestError) as err:
+        await RuntimePrefillClient(client).generate({}, parent)
+    assert str(err.value) == message  # shown to the client as a 400, in SGLang's words
+    assert client.contexts[0].stopped.is_set()

@@ -1,8 +1,10 @@
-"""The standard end-to-end topology of the tests, on `harness.topology`.
+"""The end-to-end topologies of the tests, on `harness.topology`.
 
-One frontend serves the tiny model twice: `tiny` by a decode worker with a prefill worker behind
-it (disaggregated), and `tiny-agg` by an aggregated worker; the same request to both must give the
-same greedy output. Used by `tests/e2e` and `tests/fuzz` (through `tests/conftest.py`'s fixture).
+The standard one serves the tiny model twice through one frontend: `tiny` by a decode worker with
+a prefill worker behind it (disaggregated), and `tiny-agg` by an aggregated worker; the same
+request to both must give the same greedy output. Used by `tests/e2e` and `tests/fuzz` (through
+`tests/conftest.py`'s fixture). The SGLang one serves `tiny-sglang` on the real SGLang engine
+(SGLang's CPU path), next to the CPU engine's `tiny-agg` as the reference.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from harness.topology import Stack, free_port
 
 DISAGG = "tiny"
 AGG = "tiny-agg"
+SGLANG = "tiny-sglang"
 CONTEXT_LENGTH = 2048
 PREFILL_WAIT_S = 5.0
 # Small pools and context keep start-up fast; page size 16 like the launch scripts.
@@ -49,6 +52,42 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                                skip_tokenizer_init=skip_tokenizer_init)
             served.append(AGG)
         stack.wait_ready(*served)
+    except BaseException:
+        print(stack.logs())
+        stack.stop()
+        raise
+    return stack
+
+
+# SGLang on CPU: an explicitly sized pool; its default page size (the resolved one is registered).
+SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "8192",
+                      "--max-running-requests", "32")
+
+
+def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
+                          disaggregated: bool = False) -> Stack:
+    """Frontend, SGLang serving `tiny-sglang` (one aggregated worker, or a prefill and a decode
+    worker), and the CPU engine's aggregated `tiny-agg` as the reference."""
+    stack = Stack(workdir, model_path)
+    try:
+        stack.start_frontend()
+        endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
+        if disaggregated:
+            nixl = ("--disaggregation-transfer-backend", "nixl")
+            stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS, *nixl,
+                               "--endpoint", "dyn://dynamo.sglang_prefill.generate",
+                               "--disaggregation-bootstrap-port", str(free_port()),
+                               skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+            stack.start_worker("sglang", "decode", SGLANG, *SGLANG_ENGINE_ARGS, *nixl, *endpoint,
+                               "--prefill-endpoint", "dyn://dynamo.sglang_prefill.generate",
+                               skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+        else:
+            stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint,
+                               skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+        stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
+                           "--endpoint", "dyn://dynamo.agg.generate",
+                           skip_tokenizer_init=skip_tokenizer_init)
+        stack.wait_ready(SGLANG, AGG)
     except BaseException:
         print(stack.logs())
         stack.stop()

@@ -1,8 +1,10 @@
-"""Fixtures for end-to-end tests: real frontend, real workers on the CPU engine, real NIXL.
+"""Fixtures for end-to-end tests: real frontend, real workers on the CPU engine or on the real
+SGLang engine (SGLang's own CPU path), real NIXL.
 
-Topologies (the standard one, `tests/topologies.py`) are started once per test module and
-shared by its tests: one with the frontend tokenizing (Tokens mode), one with the workers
-tokenizing (Text mode).
+Topologies (`tests/topologies.py`) are started once per test module and shared by its tests: one
+with the frontend tokenizing (Tokens mode), one with the workers tokenizing (Text mode). The
+SGLang ones serve `tiny-sglang` (aggregated, or disaggregated) next to the CPU engine's
+`tiny-agg`, the reference for greedy output.
 """
 
 from __future__ import annotations

@@ -1,0 +1,85 @@
+"""SGLang's own prefill/decode disaggregation on CPU (KV over NIXL in DRAM) behind the real
+frontend, in Tokens and Text mode: the decode worker's output equals the aggregated CPU engine's,
+also on a radix-cache hit in the prefill and streamed; a cancelled request leaves nothing in
+either engine; the prefill was warmed up before it served.
+
+One stack per input mode for the module (two SGLang engines start in ~40 s here), on `tiny`.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.e2e.client import chat, error_message, post, stream, user
+from tests.topologies import AGG, SGLANG, start_sglang_topology
+from harness.topology import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+GREEDY = {"temperature": 0.0, "max_tokens": 10, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module", params=["tokens", "text"])
+def stack(request, tmp_path_factory, tiny_model_path):
+    stack = start_sglang_topology(tmp_path_factory.mktemp(f"sglang-disagg-{request.param}"),
+                                  tiny_model_path, skip_tokenizer_init=request.param == "tokens",
+                                  disaggregated=True)
+    stack.mode = request.param
+    yield stack
+    stack.stop()
+
+
+def body(model: str, prompt: str, **extra) -> dict:
+    return {"model": model, "messages": user(prompt), **GREEDY, **extra}
+
+
+def test_prefill_was_warmed_up_before_serving(stack):
+    log = stack.procs["prefill"].log_text()
+    assert "prefill warmup complete" in log
+    assert log.index("prefill warmup complete") < log.index("worker ready")
+
+
+@pytest.mark.parametrize("prompt", ["hello there", "Tell me about the weather in Paris."])
+def test_decode_output_equals_aggregated_also_on_a_prefix_cache_hit(stack, http, prompt):
+    ref = chat(http, stack.url, body(AGG, prompt))
+    for _ in range(2):  # the second time the prefill finds the prompt in its radix cache
+        got = chat(http, stack.url, body(SGLANG, prompt))
+        assert got["choices"][0]["message"]["content"] == ref["choices"][0]["message"]["content"]
+        assert got["usage"]["completion_tokens"] == GREEDY["max_tokens"]
+        assert got["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
+
+
+def test_streamed_decode_equals_aggregated(stack, http):
+    ref = chat(http, stack.url, body(AGG, "1 2 3 4 5 6 7"))
+    got = stream(http, stack.url, "chat/completions", body(SGLANG, "1 2 3 4 5 6 7"))
+    assert got.error is None and got.done
+    assert got.text == ref["choices"][0]["message"]["content"]
+    assert (got.finish_reason, got.usage["completion_tokens"]) == ("length", 10)
+
+
+def test_cancel_mid_stream_leaves_nothing_in_either_engine(stack, http):
+    b = {**body(SGLANG, "a long answer please"), "max_tokens": 1500, "stream": True}
+    with httpx.Client(timeout=60) as client:
+        with client.stream("POST", f"{stack.url}/v1/chat/completions", json=b) as r:
+            seen = 0
+            for line in r.iter_lines():
+                seen += line.startswith("data:")
+                if seen >= 3:
+                    break  # leaving the block closes the connection mid-stream
+    assert seen >= 3
+    for name in ("prefill", "sglang"):
+        wait_until(lambda: stack.procs[name].requests_in_flight() == 0, 30,
+                   f"the {name} engine's request table to empty")
+    assert chat(http, stack.url, body(SGLANG, "next", max_tokens=2))["usage"]["completion_tokens"] == 2
+
+
+def test_a_request_sglang_refuses_is_a_400_with_its_message(stack, http):
+    if stack.mode != "text":
+        pytest.skip("Tokens mode: the frontend keeps min_tokens for itself")
+    r = post(http, stack.url, "chat/completions",
+             {"model": SGLANG, "messages": user("hi"), "max_tokens": 4, "min_tokens": 9})
+    assert r.status_code == 400, r.text
+    assert "min_new_tokens must be in [0, max_new_tokens(4)], got 9" in error_message(r)
+    assert chat(http, stack.url, body(SGLANG, "still alive?", max_tokens=2))["usage"][
+        "completion_tokens"] == 2

@@ -1,0 +1,28 @@
+"""Greedy token ids from transformers itself: the reference both engines must match."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+
+@lru_cache(maxsize=2)
+def _model(path: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
+
+
+def greedy_ids(model_path: str, prompt: list[int], n: int) -> list[int]:
+    """`n` argmax steps with no end-of-sequence stop (what ignore_eos asks of the engines)."""
+    import torch
+
+    model = _model(model_path)
+    ids = torch.tensor([prompt])
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(model(ids).logits[0, -1].argmax())
+            out.append(nxt)
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    return out

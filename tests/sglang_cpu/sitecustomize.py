@@ -1,0 +1,127 @@
+"""Exists only to run SGLang on CPU in tests: an import hook for SGLang's disaggregation on CPU.
+
+Python imports `sitecustomize` at start-up from the path, so a process gets this hook only when
+`tests/sglang_cpu` is on its PYTHONPATH (the tests set that for SGLang-on-CPU workers only; SGLang's
+spawned scheduler processes inherit it). The installed package is never edited: two SGLang
+modules are adjusted right after they load.
+
+- `disaggregation.nixl.conn`: the KV buffers are host memory, but SGLang names them VRAM (the
+  default list, the decode's explicit list and a peer's empty packed list), and UCX then refuses
+  the registration ("VRAM memory is detected as host").
+- `disaggregation.prefill`: when it early-sends a prefix already in its radix cache under the
+  overlap scheduler, the prefill creates a `torch.cuda.Event`, which CPU torch cannot build. CPU
+  ops are synchronous and NIXL ignores the event, so torch.cpu's event and stream stand in.
+- `configs.deepseek_ocr` and `multimodal.internvl_utils` (imported by the config package) import
+  `torchvision.transforms` at module level; the registry's torchvision links CUDA. A stand-in
+  is importable only while those modules execute and is
+  dropped from `sys.modules` afterwards, so transformers keeps seeing no torchvision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any, Callable
+
+_CONN = "sglang.srt.disaggregation.nixl.conn"
+_PREFILL = "sglang.srt.disaggregation.prefill"
+_NEEDS_TORCHVISION = frozenset({"sglang.srt.configs.deepseek_ocr",
+                                "sglang.srt.multimodal.internvl_utils"})
+_TORCHVISION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "torchvision_only_for_sglang")
+_torchvision_users = 0  # > 0 while a module in _NEEDS_TORCHVISION executes
+
+
+def _host_kinds(kinds: list[str]) -> list[str]:
+    return ["DRAM" if kind == "VRAM" else kind for kind in kinds]
+
+
+def _patch_conn(module: types.ModuleType) -> None:
+    normalize = module._normalize_kv_mem_kinds
+    unpack = module._unpack_kv_mem_kinds
+
+    def normalize_to_host(kinds: Any, expected_len: int) -> list[str]:
+        return _host_kinds(normalize(kinds, expected_len))
+
+    def unpack_to_host(buf: bytes, expected_len: int) -> list[str]:
+        return _host_kinds(unpack(buf, expected_len))
+
+    module._normalize_kv_mem_kinds = normalize_to_host
+    module._unpack_kv_mem_kinds = unpack_to_host
+
+
+class _TorchWithCpuEvents(types.ModuleType):
+    """`torch`, except that `torch.cuda.Event` / `current_stream` are torch.cpu's."""
+
+    def __init__(self, torch: types.ModuleType) -> None:
+        super().__init__("torch")
+        self._torch = torch
+        self.cuda = types.SimpleNamespace(Event=torch.cpu.Event,
+                                          current_stream=torch.cpu.current_stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._torch, name)
+
+
+def _patch_prefill(module: types.ModuleType) -> None:
+    module.torch = _TorchWithCpuEvents(module.torch)
+
+
+def _no_patch(module: types.ModuleType) -> None:
+    del module
+
+
+_PATCHES: dict[str, Callable[[types.ModuleType], None]] = {
+    _CONN: _patch_conn, _PREFILL: _patch_prefill, **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch)}
+
+
+@contextlib.contextmanager
+def _torchvision_stand_in(name: str) -> Iterator[None]:
+    global _torchvision_users
+    if name not in _NEEDS_TORCHVISION:
+        yield
+        return
+    _torchvision_users += 1
+    try:
+        yield
+    finally:
+        _torchvision_users -= 1
+        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+            del sys.modules[key]
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader, patch: Callable[[types.ModuleType], None]):
+        self._inner = inner
+        self._patch = patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        with _torchvision_stand_in(module.__name__):
+            self._inner.exec_module(module)
+        self._patch(module)
+
+
+class _PatchingFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name == "torchvision":
+            if _torchvision_users == 0:
+                return None
+            return importlib.machinery.PathFinder.find_spec(name, [_TORCHVISION_DIR])
+        patch = _PATCHES.get(name)
+        if patch is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _PatchingLoader(spec.loader, patch)
+        return spec
+
+
+sys.meta_path.insert(0, _PatchingFinder())
