@@ -20,6 +20,8 @@ from typing import Any
 
 from components import cpu_flags
 from components.engine_factory import ENGINE_CHOICES, resolve_engine_kind
+from components.hosts import is_wildcard
+from handlers.decode import DecodeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +103,8 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    choices=["file", "etcd", "kubernetes", "mem"])
     g.add_argument("--request-plane", default=os.environ.get("DYN_REQUEST_PLANE", "tcp"),
                    choices=["tcp", "nats"])
-    g.add_argument("--prefill-wait-timeout", type=_positive_float, default=30.0,
+    g.add_argument("--prefill-wait-timeout", type=_positive_float,
+                   default=DecodeConfig.bootstrap_timeout_s,
                    help="decode: seconds to wait for a prefill worker's bootstrap info per request")
     g.add_argument("--prefill-instance-timeout", type=_positive_float, default=60.0,
                    help="decode: seconds to wait at startup for a prefill instance to appear")
@@ -128,7 +131,7 @@ def build_parser(engine_kind: str) -> argparse.ArgumentParser:
 def reserve_free_port(host: str) -> int:
     """A port free right now (Dynamo does the same for an unset bootstrap port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host if host not in ("", "0.0.0.0") else "127.0.0.1", 0))
+        s.bind(("127.0.0.1" if is_wildcard(host) else host, 0))
         return s.getsockname()[1]
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.compat import sglang_requests_in_flight
+
 
 def register_debug_routes(runtime: Any, engine: Any) -> None:
     async def kv_pages(_body: dict) -> dict:
@@ -21,8 +23,7 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
         return {"pages_in_use": pages() if callable(pages) else None}
 
     async def requests(_body: dict) -> dict:
-        states = getattr(engine.tokenizer_manager, "rid_to_state", None)
-        return {"in_flight": None if states is None else len(states)}
+        return {"in_flight": sglang_requests_in_flight(engine)}
 
     runtime.register_engine_route("kv_pages", kv_pages)
     runtime.register_engine_route("requests", requests)

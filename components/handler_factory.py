@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Optional
 
 from components.args import WorkerConfig, WorkerMode
 from components.engine_factory import engine_limits
+from components.hosts import advertised_host
 from handlers import (
     DecodeConfig,
     DecodeHandler,
@@ -16,23 +16,6 @@ from handlers import (
     decode_health_payload,
     prefill_health_payload,
 )
-
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-
-
-def advertised_host(host: str, engine_kind: str) -> str:
-    """The address a decode engine should dial for this prefill's bootstrap server: the bind
-    address, or this machine's address when bound to a wildcard. For SGLang, the address
-    SGLang's own bootstrap advertises (honours SGLANG_HOST_IP; the host name can resolve to a
-    loopback alias such as 127.0.1.1, which no other machine can dial)."""
-    if host not in _WILDCARD_HOSTS:
-        return host
-    if engine_kind == "sglang":
-        from components.sglang_engine import local_ip
-
-        return local_ip()
-    return socket.gethostbyname(socket.gethostname())
-
 
 def _vocab_size(engine: Any) -> int:
     size = getattr(engine, "vocab_size", None)

@@ -15,6 +15,7 @@ from typing import Any
 from sglang.srt.arg_groups.model_override_base import resolved_view
 from sglang.srt.server_args import ServerArgs
 
+from components.compat import adopt_flags, sglang_scheduler_info
 from components.engine_limits import EngineLimits, sglang_on_cpu
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST  # SGLang's own value: no KV moves
 
@@ -34,9 +35,7 @@ def add_sglang_flags(parser: argparse.ArgumentParser) -> None:
     # _add_action also runs argparse's conflict check against our Dynamo flags.
     sglang_parser = argparse.ArgumentParser(add_help=False)
     ServerArgs.add_cli_args(sglang_parser)
-    for action in sglang_parser._actions:
-        if action.option_strings:
-            group._add_action(action)
+    adopt_flags(sglang_parser, group)
 
 
 def merge_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -101,7 +100,7 @@ def resolved_server_args(engine: Any) -> Any:
 
 def sglang_limits(engine: Any) -> EngineLimits:
     resolved = resolved_server_args(engine)
-    info = engine._scheduler_init_result.scheduler_infos[0]
+    info = sglang_scheduler_info(engine)
     manager = engine.tokenizer_manager
     return EngineLimits(
         context_length=int(manager.context_len),

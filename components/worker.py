@@ -20,14 +20,12 @@ from components.args import WorkerConfig, WorkerMode, parse_args
 from components.debug_routes import register_debug_routes
 from components.engine_factory import build_engine, engine_limits
 from components.handler_factory import build_handler, health_check_payload
+from components.hosts import is_wildcard
 from components.register import register_served_model, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
 
 logger = logging.getLogger(__name__)
-
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(
@@ -39,7 +37,7 @@ def configure_logging(level: str) -> None:
 def bind_runtime_to_host(host: str) -> None:
     """Keep Dynamo's request-plane listener and system server on the configured host
     (loopback by default) unless the environment already says otherwise."""
-    if host not in _WILDCARD_HOSTS:
+    if not is_wildcard(host):
         os.environ.setdefault("DYN_TCP_RPC_HOST", host)
         os.environ.setdefault("DYN_SYSTEM_HOST", host)
 

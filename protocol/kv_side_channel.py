@@ -30,8 +30,10 @@ from typing import Annotated, Union
 
 import msgspec
 
+from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
+
 # Rooms are picked in [1, 2^63); 0 is SGLang's "not written" marker, so it is refused.
-Room = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+Room = Annotated[int, msgspec.Meta(ge=MIN_BOOTSTRAP_ROOM, le=MAX_BOOTSTRAP_ROOM)]
 Address = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Length = Annotated[int, msgspec.Meta(gt=0, le=2**63 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]

@@ -63,8 +63,10 @@ def _repetition_penalty(value: float) -> float:
 
 
 def _top_k(value: int) -> int:
-    if value != -1 and not 1 <= value <= MAX_TOP_K:
-        raise ValueError(f"must be -1 (disabled) or in [1, {MAX_TOP_K}], got {value}")
+    if value != -1 and value < 1:  # SGLang's own words for it
+        raise ValueError(f"must be -1 (disable) or at least 1, got {value}")
+    if value > MAX_TOP_K:
+        raise ValueError(f"must be at most {MAX_TOP_K} (-1: the whole vocabulary), got {value}")
     return value
 
 

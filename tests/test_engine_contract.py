@@ -84,8 +84,6 @@ def test_sglang_raises_value_error_on_the_first_read(runs, case):
     assert (got["raised"], got["chunk_keys"]) == ("ValueError", [])
 
 
-@pytest.mark.xfail(strict=True, reason=f"{CPU_DIFFERS}: it answers with an abort chunk "
-                                       "(status 400) instead of raising ValueError")
 @pytest.mark.parametrize("case", ["bad_top_k", "too_long"])
 def test_cpu_engine_raises_like_sglang(runs, case):
     assert runs["cpu"][case]["raised"] == "ValueError"
@@ -98,8 +96,6 @@ def test_sglang_sends_the_request_on_the_first_read(runs):
     assert got["finish_reasons"][-1] == {"type": "length", "length": 400}
 
 
-@pytest.mark.xfail(strict=True, reason=f"{CPU_DIFFERS}: it registers the rid in async_generate, "
-                                       "so an abort before the first read stops it")
 def test_cpu_engine_sends_on_first_read_like_sglang(runs):
     assert runs["cpu"]["abort_before_first"]["finish_reasons"][-1]["type"] == "length"
 

@@ -168,7 +168,8 @@ def test_cancel_before_first_token_empties_sglangs_request_table(stack, http, at
 # only: in Tokens mode the frontend drops top_k=0 and keeps min_tokens for itself; out-of-range
 # penalties it rejects itself in both modes.
 @pytest.mark.parametrize("extra, words", [
-    ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0"),
+    # The handler checks SGLang's ranges where the request enters, in SGLang's words.
+    ({"top_k": 0}, "must be -1 (disable) or at least 1, got 0"),
     ({"min_tokens": 9}, "min_new_tokens must be in [0, max_new_tokens(4)], got 9"),
 ])
 def test_sglang_validation_error_is_a_400_with_its_message(stack, http, extra, words):

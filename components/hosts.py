@@ -1,0 +1,25 @@
+"""Bind addresses: which ones mean "every interface", and what a peer should dial instead."""
+
+from __future__ import annotations
+
+import socket
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def is_wildcard(host: str) -> bool:
+    return host in WILDCARD_HOSTS
+
+
+def advertised_host(host: str, engine_kind: str) -> str:
+    """The address a decode engine should dial for this prefill's bootstrap server: the bind
+    address, or this machine's address when bound to a wildcard. For SGLang, the address
+    SGLang's own bootstrap advertises (honours SGLANG_HOST_IP; the host name can resolve to a
+    loopback alias such as 127.0.1.1, which no other machine can dial)."""
+    if not is_wildcard(host):
+        return host
+    if engine_kind == "sglang":
+        from components.sglang_engine import local_ip
+
+        return local_ip()
+    return socket.gethostbyname(socket.gethostname())
