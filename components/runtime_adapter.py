@@ -22,13 +22,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
 from dynamo.llm.exceptions import HttpError, InvalidArgument
+from dynamo.runtime import Context
 
 from components.backoff import Backoff
-from components.compat import dynamo_context_type
 from handlers.errors import PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)
-Context = dynamo_context_type()
 
 Handler = Callable[..., AsyncIterator[dict[str, Any]]]
 

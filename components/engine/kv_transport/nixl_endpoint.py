@@ -12,10 +12,20 @@ import logging
 
 import torch
 
-from components.compat import nixl_agent, nixl_errors
 from components.engine.kv_transport.runs import Run, check_within
 
 logger = logging.getLogger(__name__)
+
+
+def _nixl_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes NIXL calls raise (nixlBackendError, nixlNotFoundError, ...)."""
+    import nixl
+
+    found = tuple(
+        obj for name, obj in vars(nixl).items()
+        if name.startswith("nixl") and isinstance(obj, type) and issubclass(obj, Exception)
+    )
+    return found or (RuntimeError,)
 
 
 class NixlEndpoint:
@@ -27,8 +37,12 @@ class NixlEndpoint:
         if not pool.is_contiguous() or pool.numel() == 0:
             raise ValueError(
                 "the KV pool must be a non-empty contiguous tensor (NIXL registers it whole)")
-        self.errors = nixl_errors()
-        self._agent = nixl_agent(name, ["UCX"])
+        from nixl import nixl_agent, nixl_agent_config
+
+        self.errors = _nixl_errors()
+        config = nixl_agent_config(enable_prog_thread=False, enable_listen_thread=False,
+                                   backends=["UCX"])
+        self._agent = nixl_agent(name, config)
         if "UCX" not in self._agent.backends:
             raise RuntimeError("NIXL could not create its UCX backend; KV transfer is impossible")
         self.name = name
