@@ -25,7 +25,7 @@ $(STAMP): $(REQS)
 test: install
 	$(PY) -m pytest
 
-# The request fuzz for FUZZ_DURATION_S seconds of random requests per mode (default 600).
+# Request fuzz (per mode), side-channel fuzz and the soak, FUZZ_DURATION_S seconds each (default 600).
 FUZZ_DURATION_S ?= 600
 fuzz: install
 	FUZZ_DURATION_S=$(FUZZ_DURATION_S) $(PY) -m pytest -m fuzz tests/fuzz
