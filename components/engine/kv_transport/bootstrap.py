@@ -139,9 +139,14 @@ class BootstrapServer:
             return False
 
     def close(self) -> None:
-        try:
-            self.socket.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self.monitor.close()
-        self.socket.close()
+        close_monitored(self.socket, self.monitor)
+
+
+def close_monitored(socket: zmq.Socket, monitor: zmq.Socket) -> None:
+    """Close a socket and the monitor socket watching it (the monitor first, as ZMQ wants)."""
+    try:
+        socket.disable_monitor()
+    except zmq.ZMQError:
+        pass  # already closed, or the context is terminating
+    monitor.close()
+    socket.close()

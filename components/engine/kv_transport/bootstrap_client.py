@@ -13,6 +13,7 @@ from zmq.utils.monitor import recv_monitor_message
 from components.engine.kv_transport.bootstrap import (
     MAX_DRAIN,
     Endpoint,
+    close_monitored,
     new_socket,
     tcp_address,
 )
@@ -48,12 +49,7 @@ class _Peer:
                 self.lost = True
 
     def close(self) -> None:
-        try:
-            self.socket.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self.monitor.close()
-        self.socket.close()
+        close_monitored(self.socket, self.monitor)
 
 
 class BootstrapClient:
