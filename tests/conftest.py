@@ -42,3 +42,21 @@ def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Sta
     yield start
     for stack in stacks:
         stack.stop()
+
+
+@pytest.fixture
+def tok(tiny_model_path):
+    """A fresh tiny tokenizer per test (some tests change its template or vocabulary)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture
+def pre(tok):
+    """The Text-mode preprocessor on `tok`, shut down after the test."""
+    from handlers import Preprocessor
+
+    p = Preprocessor(tok)
+    yield p
+    p.shutdown()

@@ -2,9 +2,8 @@
 Preprocessor, a fake engine; chat chunks out, ids (never messages) to the prefill worker."""
 
 import pytest
-from transformers import AutoTokenizer
 
-from handlers import DecodeConfig, DecodeHandler, Preprocessor
+from handlers import DecodeConfig, DecodeHandler
 from handlers.errors import RequestError
 from tests.handler_fakes import BOOT, FakeContext, FakeEngine, FakePrefillClient, chunk, collect
 
@@ -16,18 +15,6 @@ ENGINE_CHUNKS = [
     chunk([11], text=" there", completion=2, prompt=9),
     chunk([12], {"type": "stop", "matched": 2}, text="", completion=3, prompt=9, cached=4),
 ]
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_model_path):
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-@pytest.fixture
-def pre(tok):
-    p = Preprocessor(tok)
-    yield p
-    p.shutdown()
 
 
 def config(**kw):

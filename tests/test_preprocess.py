@@ -22,18 +22,6 @@ REQUEST_ID = contextvars.ContextVar("request_id", default=None)
 LONG = "the quick brown fox jumps over the lazy dog; " * 100  # > 2048 chars: goes to the worker
 
 
-@pytest.fixture
-def tok(tiny_model_path):
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-@pytest.fixture
-def pre(tok):
-    p = Preprocessor(tok)
-    yield p
-    p.shutdown()
-
-
 def reference_ids(tok, messages):
     prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return tok(prompt, add_special_tokens=False)["input_ids"]

@@ -7,7 +7,7 @@ import inspect
 import time
 
 import pytest
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from handlers import DecodeConfig, DecodeHandler, PreprocessConfig, Preprocessor
 from handlers.errors import RequestError
@@ -24,18 +24,6 @@ DONE = [chunk([5], {"type": "length", "length": 1}, completion=1, text="x")]
 SLOW_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
                  "{% for i in range(reps|int) %}{% for j in range(reps|int) %}"
                  "{% endfor %}{% endfor %}")
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_model_path):
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-@pytest.fixture
-def pre(tok):
-    p = Preprocessor(tok)
-    yield p
-    p.shutdown()
 
 
 def text_handler(engine, pre) -> DecodeHandler:
