@@ -1,7 +1,7 @@
 """The embedded CPU engine against the real SGLang engine (on CPU): the same scripted requests
 through the Engine API (`tests/engine_contract_probe.py`, one process per engine and input mode),
-compared on chunk keys, incremental vs cumulative fields, meta_info fields, finish reasons and
-how errors and aborts surface. Cases marked xfail are where the CPU engine does not yet behave
+compared on chunk keys, incremental vs cumulative fields, meta_info fields, finish reasons, how
+errors and aborts surface, and n > 1. Cases marked xfail are where the CPU engine does not yet behave
 like SGLang; the handlers are written for SGLang's behaviour.
 """
 
@@ -106,6 +106,9 @@ def test_sglang_n2_runs_one_sub_request_per_choice(runs):
     assert got["finish_reasons"][-2:] == [{"type": "length", "length": 6}] * 2
 
 
-@pytest.mark.xfail(strict=True, reason=f"{CPU_DIFFERS}: n > 1 is refused with a 400 abort chunk")
 def test_cpu_engine_runs_n2_like_sglang(runs):
-    assert runs["cpu"]["n2"]["indexes"] == [0, 1]
+    cpu, sglang = runs["cpu"]["n2"], runs["sglang"]["n2"]
+    assert cpu["indexes"] == sglang["indexes"] == [0, 1]
+    assert len(cpu["meta_ids"]) == 2 and cpu["raised"] is None
+    assert cpu["chunk_keys"] == sglang["chunk_keys"]
+    assert cpu["finish_reasons"][-2:] == sglang["finish_reasons"][-2:]

@@ -36,7 +36,9 @@ def _abort_reason(chunk):
     ({"input_ids": "1 2 3"}, "must be a list"),
     ({"input_ids": [1, 2.5]}, "must hold integers"),
     ({"input_ids": [1, 2], "sampling_params": {"top_k": 0}}, "top_k"),
-    ({"input_ids": [1, 2], "sampling_params": {"n": 3}}, "n=3"),
+    ({"input_ids": [1, 2], "sampling_params": {"n": 0}}, "n must be at least 1"),
+    ({"input_ids": [1, 2], "sampling_params": {"n": 5, "max_new_tokens": 4000}},
+     r"KV space for 20010 tokens \(5 choices of 4002\)"),
     ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 20000}},
      "exceeds the model's maximum context length of 4096 tokens"),
 ])

@@ -100,7 +100,7 @@ def test_sampling_params_defaults_and_greedy():
     ({"frequency_penalty": 3}, "frequency_penalty"),
     ({"max_new_tokens": -1}, "max_new_tokens"),
     ({"min_new_tokens": 5, "max_new_tokens": 2}, "min_new_tokens"),
-    ({"n": 2}, "n=2"),
+    ({"n": 0}, "n must be at least 1"),
     ({"stop_token_ids": [100]}, "stop_token_ids"),
     ({"regex": "a+"}, "regex"),
     ({"bogus": 1}, "bogus"),

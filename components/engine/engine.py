@@ -17,10 +17,11 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from components.engine.config import EngineConfig
+from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.engine_loop import EngineLoop
 from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
+from components.engine.forks import make_choices
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
@@ -163,22 +164,25 @@ class CpuEngine(SyncGenerateMixin):
             raise ValueError(f"rid must be a non-empty string, got {rid!r}")
         seq = self._make_sequence(rid, prompt, input_ids, sampling_params, stream,
                                   bootstrap_host, bootstrap_port, bootstrap_room)
+        n = seq.params.n if seq.reject is None else 1
+        group = make_choices(seq, n) if n > 1 else [seq]
         loop = asyncio.get_running_loop()
 
         def start() -> asyncio.Queue:
             if seq.reject is not None:
                 raise ValueError(seq.reject)
             queue: asyncio.Queue = asyncio.Queue()
-            seq.sink = self._sink_for(loop, queue, rid)
-            self._submit(seq)
+            for row in group:
+                row.sink = self._sink_for(loop, queue, row.rid, row.index)
+            self._submit(group)
             return queue
 
-        def abort() -> None:
+        def abort() -> None:  # with n > 1 the caller's rid names every choice
             self.tokenizer_manager.abort_request(rid)
 
         if stream:
-            return stream_chunks(start, abort)
-        return await final_chunk(start, abort)
+            return stream_chunks(start, abort, n)
+        return await final_chunk(start, abort, n)
 
     def _make_sequence(self, rid, prompt, input_ids, sampling_params, stream,
                        bootstrap_host, bootstrap_port, bootstrap_room) -> Sequence:
@@ -189,6 +193,10 @@ class CpuEngine(SyncGenerateMixin):
             params, reject = SamplingParams(), str(exc)
         if reject is None:
             reject = _input_problem(prompt, input_ids)
+        mode = self.server_args.disaggregation_mode
+        if reject is None and params.n > 1 and mode != DisaggregationMode.NULL:
+            reject = (f"n={params.n}: a {mode}-mode engine runs one choice per request (one KV "
+                      "transfer per bootstrap room); use n=1")
         boot = None
         if (bootstrap_host, bootstrap_port, bootstrap_room) != (None, None, None):
             boot = Bootstrap(bootstrap_host, bootstrap_port, bootstrap_room)
@@ -197,10 +205,13 @@ class CpuEngine(SyncGenerateMixin):
                         prompt_text=prompt if input_ids is None else None,
                         bootstrap=boot, stream=stream, reject=reject)
 
-    def _sink_for(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, rid: str):
+    def _sink_for(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, rid: str,
+                  index: int | None):
         batcher, live, lock = self._batcher, self._live_rids, self._lock
 
         def sink(chunk: dict[str, Any], final: bool) -> None:  # runs on the engine thread
+            if index is not None:  # n > 1: which choice, as SGLang tags it
+                chunk["index"] = index
             if final:
                 with lock:
                     live.discard(rid)
@@ -208,14 +219,16 @@ class CpuEngine(SyncGenerateMixin):
 
         return sink
 
-    def _submit(self, seq: Sequence) -> None:
+    def _submit(self, group: list[Sequence]) -> None:
+        """One request: its first Sequence, carrying the other choices when n > 1."""
         with self._lock:
             if self._closed or not self._loop.alive:
                 raise RuntimeError("the CPU engine is shut down")
-            if seq.rid in self._live_rids:
-                raise ValueError(f"Duplicate request ID detected: {seq.rid}")
-            self._live_rids.add(seq.rid)
-            self._loop.submit(seq)
+            for seq in group:
+                if seq.rid in self._live_rids:
+                    raise ValueError(f"Duplicate request ID detected: {seq.rid}")
+            self._live_rids.update(seq.rid for seq in group)
+            self._loop.submit(group[0])
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:

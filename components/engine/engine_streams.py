@@ -5,7 +5,9 @@
 - a request refused before it runs (bad sampling parameters, input too long, ...) raises
   ``ValueError`` with the message, on the first read or from the awaited call;
 - a 400 abort after chunks went out is the stream's last chunk; without streaming it raises;
-- a consumer that stops reading (closes, is cancelled) aborts the request.
+- a consumer that stops reading (closes, is cancelled) aborts the request;
+- with ``n > 1`` the stream carries every choice's chunks (each tagged ``index``) until all have
+  finished, and without streaming the result is the list of the choices' final outputs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from components.engine.forks import strip_index
+
 Chunk = dict[str, Any]
 # Starts the request on the engine thread; -> the queue its chunks arrive on. Raises ValueError
 # when it is refused before reaching the engine (duplicate rid, invalid parameters).
@@ -21,31 +25,37 @@ Start = Callable[[], asyncio.Queue]
 Abort = Callable[[], None]
 
 
-async def stream_chunks(start: Start, abort: Abort) -> AsyncIterator[Chunk]:
+async def stream_chunks(start: Start, abort: Abort, choices: int = 1) -> AsyncIterator[Chunk]:
     queue = start()
-    finished = False
+    finished = 0
     first = True
     try:
-        while not finished:
+        while finished < choices:
             chunk = await queue.get()
-            finished = chunk["meta_info"]["finish_reason"] is not None
-            if first and finished:
+            done = chunk["meta_info"]["finish_reason"] is not None
+            if first and done:
                 _raise_if_refused(chunk)
             first = False
+            finished += done
             yield chunk
     finally:
-        if not finished:  # closed or cancelled by the consumer: abort, as SGLang does
+        if finished < choices:  # closed or cancelled by the consumer: abort, as SGLang does
             abort()
 
 
-async def final_chunk(start: Start, abort: Abort) -> Chunk:
+async def final_chunk(start: Start, abort: Abort, choices: int = 1) -> Chunk | list[Chunk]:
     queue = start()
+    finals: list[Chunk] = []
     try:
         while True:
             chunk = await queue.get()
             if chunk["meta_info"]["finish_reason"] is not None:
                 _raise_if_refused(chunk)
-                return chunk
+                finals.append(chunk)
+                if choices == 1:
+                    return chunk
+                if len(finals) == choices:
+                    return strip_index(finals)
     except asyncio.CancelledError:  # the request must not keep running (and holding KV)
         abort()
         raise

@@ -16,6 +16,7 @@ import torch
 
 from components.engine.batch import Batch
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from components.engine.forks import choice_seed, expand
 from components.engine.sampling import SamplingFailed, SamplingState, make_generator, sample
 from components.engine.sequence import Sequence
 
@@ -55,7 +56,8 @@ class OutputProcessor:
         """Sampler state (own seeded RNG) and, with a tokenizer, detokenizer and stop matcher."""
         p = seq.params
         stop_ids = () if p.ignore_eos else tuple(self.eos_ids | p.stop_token_ids)
-        seq.sampling = SamplingState(p, make_generator(p, self._seeds.getrandbits(63)),
+        seed = choice_seed(p.sampling_seed, seq)
+        seq.sampling = SamplingState(p, make_generator(p, self._seeds.getrandbits(63), seed),
                                      stop_ids, seq.output_ids)
         if self.tokenizer is not None:
             seq.detok = IncrementalDetokenizer(self.tokenizer, seq.input_ids, p.skip_special_tokens,
@@ -66,7 +68,7 @@ class OutputProcessor:
                     ) -> list[tuple[Sequence, int, FinishReason | None]]:
         """Sample each row's next token, append it, stream what is due. -> per sampled row
         ``(seq, token, finish reason or None)``; the scheduler applies the finishes."""
-        rows = batch.sampled
+        rows, logits = expand(batch.sampled, logits)  # n > 1: the choices forking off now
         out = []
         for seq, token in zip(rows, sample(logits, [s.sampling for s in rows])):
             if isinstance(token, SamplingFailed):  # this request alone; its parameters did it

@@ -90,8 +90,9 @@ def bootstrap_problem(boot: Bootstrap) -> str | None:
     return None if problem is None else f"bootstrap_host: {problem}"
 
 
-def plan_budget(seq: Sequence, limits: Limits) -> int:
-    """Set ``seq.max_new_tokens`` (capped by the context) and return the KV tokens to reserve."""
+def plan_budget(seq: Sequence, limits: Limits, choices: int = 1) -> int:
+    """Set ``seq.max_new_tokens`` (capped by the context) and return the KV tokens to reserve
+    (per choice: with n > 1 every choice holds its own copy of the prompt)."""
     room_left = limits.context_length - seq.prompt_len
     wanted = seq.params.max_new_tokens
     if wanted is not None and wanted > room_left:  # SGLang refuses rather than clamps
@@ -107,9 +108,10 @@ def plan_budget(seq: Sequence, limits: Limits) -> int:
         need = seq.prompt_len  # only the prompt's K/V is computed and sent
     else:
         need = seq.prompt_len + max(seq.max_new_tokens, 1)
-    if need > limits.pool_tokens:
+    if need * choices > limits.pool_tokens:
         raise InvalidRequest(
-            f"The request needs KV space for {need} tokens but the engine's KV pool holds "
-            f"{limits.pool_tokens} (max_total_tokens)"
+            f"The request needs KV space for {need * choices} tokens"
+            + (f" ({choices} choices of {need})" if choices > 1 else "")
+            + f" but the engine's KV pool holds {limits.pool_tokens} (max_total_tokens)"
         )
     return need

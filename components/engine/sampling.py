@@ -24,11 +24,16 @@ class SamplingState:
     output_ids: list[int]
 
 
-def make_generator(params: SamplingParams, fallback_seed: int) -> torch.Generator | None:
+def make_generator(params: SamplingParams, fallback_seed: int,
+                   seed: int | None = None) -> torch.Generator | None:
+    """``seed``: this choice's seed when it is not ``params.sampling_seed`` (n > 1)."""
     if params.is_greedy:
         return None
     g = torch.Generator()
-    seed = params.sampling_seed if params.sampling_seed is not None else fallback_seed
+    if seed is None:
+        seed = params.sampling_seed
+    if seed is None:
+        seed = fallback_seed
     g.manual_seed(seed & (2**64 - 1))
     return g
 

@@ -123,8 +123,8 @@ class SamplingParams:
                     f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], "
                     f"got {self.min_new_tokens}."
                 )
-        if self.n != 1:
-            raise ValueError(f"n={self.n} is not supported by the CPU engine (only n=1)")
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}.")
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be at least 1, got {self.stream_interval}.")
         if self.sampling_seed is not None and not -(2**63) <= self.sampling_seed <= 2**63 - 1:

@@ -22,6 +22,7 @@ from typing import Any
 from components.engine.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
 from components.engine.disagg import Action, Adopt, Complete, DisaggCoordinator, Fail, Free
+from components.engine.forks import fork_kv, group_rows, pending, share_plan
 from components.engine.kv_pool import KVPool, PageRun
 from components.engine.output_processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
@@ -64,27 +65,34 @@ class Scheduler:
 
     # ---- requests in and out ----------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        self.live[seq.rid] = seq
+        """A request, with its other choices on ``seq.forks`` when n > 1 (``forks.py``)."""
+        group = [seq, *seq.forks]
+        for row in group:
+            self.live[row.rid] = row
         try:
             if seq.reject is not None:
                 raise InvalidRequest(seq.reject)
             tokenize_prompt(seq, self.tokenizer)
             seq.input_ids = check_input_ids(seq.input_ids, self.limits)
             check_bootstrap(seq, self.limits)
-            seq.reserve_tokens = plan_budget(seq, self.limits)
+            seq.reserve_tokens = plan_budget(seq, self.limits, len(group))
             if self.disagg is not None:
                 self.disagg.check_new(seq)
         except InvalidRequest as exc:
-            self.finish(seq, finish_abort(str(exc), 400))
+            self.finish(seq, finish_abort(str(exc), 400))  # and its other choices
             return
-        self.processor.init_request(seq)
+        share_plan(seq)
+        for row in group:
+            self.processor.init_request(row)
         self.waiting.append(seq)
 
     def abort(self, rid: str, abort_all: bool = False) -> None:
         if abort_all:
             targets = list(self.live.values())
-        else:
-            targets = [self.live[rid]] if rid in self.live else []
+        elif rid in self.live:
+            targets = [self.live[rid]]
+        else:  # the caller's rid of an n > 1 request: every choice (SGLang ignores it)
+            targets = [s for s in self.live.values() if s.parent_rid == rid]
         for seq in targets:
             logger.info("abort rid=%s (%s)", seq.rid, seq.status.value)
             self.finish(seq, finish_abort("Aborted"))
@@ -123,12 +131,10 @@ class Scheduler:
                 continue
             if chunks and (budget <= 0 or (seq.prompt_len > budget and not self._can_chunk())):
                 break  # the first prompt of a step always goes, however long
-            pages = self._allocate(seq.reserve_tokens)
-            if pages is None:
+            if not self._allocate_group(seq):
                 self._stalled = True  # FIFO: wait until a finishing request frees pages
                 break
             self.waiting.popleft()
-            seq.attach_pages(pages, self.pool.page_size)
             if self._mode == DisaggregationMode.DECODE:
                 self._apply(self.disagg.admit(seq))  # the prefill engine computes the prompt
                 continue
@@ -138,6 +144,20 @@ class Scheduler:
             chunks.append(self._next_chunk(seq, budget))
             budget -= chunks[-1].end - chunks[-1].begin
         return chunks
+
+    def _allocate_group(self, seq: Sequence) -> bool:
+        """Pages for the request and each of its waiting choices, all or none."""
+        rows = [seq, *pending(seq)]
+        runs = [self._allocate(row.reserve_tokens) for row in rows]
+        if None in runs:
+            for run in runs:
+                self._release(run)
+            return False
+        for row, pages in zip(rows, runs):
+            row.attach_pages(pages, self.pool.page_size)
+        for fork in rows[1:]:
+            fork.status = Status.PREFILLING  # its prompt K/V comes from the leader's forward
+        return True
 
     def _allocate(self, tokens: int) -> PageRun | None:
         pages = self.pool.allocate(tokens)
@@ -162,10 +182,13 @@ class Scheduler:
         return bool(self.waiting) and self._active() < self.cfg.max_running_requests
 
     def _active(self) -> int:
-        return len(self.live) - len(self.waiting)
+        return len(self.live) - sum(group_rows(s) for s in self.waiting)
 
     # ---- apply a forward's outcomes, and the peer's -----------------------------------------
     def update(self, outcomes: list[tuple[Sequence, int, FinishReason | None]]) -> None:
+        for seq, _, _ in outcomes:
+            if seq.forks and seq.status is Status.PREFILLING:
+                fork_kv(self.pool, seq)  # its choices sampled their first tokens too
         for seq, token, reason in outcomes:
             if reason is not None:
                 self.finish(seq, reason)
@@ -204,6 +227,8 @@ class Scheduler:
             return
         self.processor.finalize(seq, reason)
         prev, seq.status = seq.status, Status.FINISHED
+        for fork in pending(seq):  # n > 1: choices waiting for a prompt that will not come
+            self.finish(fork, reason)
         if self.disagg is not None and self.disagg.on_finish(seq, prev):
             seq.pages = None  # a peer may still touch them: the coordinator frees them later
         if seq.pages is not None:

@@ -44,6 +44,11 @@ class Sequence:
     stream: bool = True               # False: only the final, cumulative chunk is sent
     reject: str | None = None         # found bad on the caller's side: ends with a 400 abort
     created_at: float = field(default_factory=time.perf_counter)
+    # n > 1 (components/engine/forks.py): this choice's index, the caller's rid, and on the
+    # leader (choice 0) the other choices until its prompt's KV is forked into them.
+    index: int | None = None
+    parent_rid: str | None = None
+    forks: list[Sequence] = field(default_factory=list)
 
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
