@@ -2,7 +2,9 @@
 
 Per choice `index`: `role` only on its first chunk, the engine's incremental `text` as
 `content` (passed through, never re-sliced), `finish_reason` on its last. A usage chunk
-(`choices: []`) closes the stream when the client asked for one.
+(`choices: []`) closes the stream when the client asked for one; with
+`stream_options.continuous_usage_stats` every chunk carries the usage so far too, as the 1.6.1
+frontend does in Tokens mode. Usage counts the prompt once and the completions of all choices.
 """
 
 import time
@@ -21,11 +23,13 @@ from protocol.outputs import (
 
 
 class ChatStream:
-    def __init__(self, chunk_id: str, model: str, include_usage: bool) -> None:
+    def __init__(self, chunk_id: str, model: str, include_usage: bool,
+                 continuous_usage: bool = False) -> None:
         self._id = chunk_id
         self._model = model
         self._created = int(time.time())
         self._include_usage = include_usage
+        self._continuous_usage = continuous_usage
         self._started: set[int] = set()
         self._usage: dict[int, CompletionUsage] = {}
         self.prompt_tokens = 0
@@ -55,22 +59,26 @@ class ChatStream:
         if meta.get("completion_tokens") is not None:
             self._usage[index] = usage_from_meta(meta)
         delta = ChatDelta(role="assistant" if first else None, content=text)
-        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason)])
+        usage = self._total() if self._continuous_usage else None
+        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason)], usage)
 
     def close(self) -> Optional[dict[str, Any]]:
-        """The usage chunk: the prompt counted once, completions summed over choices."""
+        """The usage chunk, when asked for."""
+        usage = self._total()
+        self.prompt_tokens, self.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        return self._chunk([], usage) if self._include_usage else None
+
+    def _total(self) -> CompletionUsage:
+        """The prompt counted once, completions summed over choices."""
         usages = list(self._usage.values())
-        self.prompt_tokens = max((u.prompt_tokens for u in usages), default=0)
-        self.completion_tokens = sum(u.completion_tokens for u in usages)
-        if not self._include_usage:
-            return None
+        prompt = max((u.prompt_tokens for u in usages), default=0)
+        completion = sum(u.completion_tokens for u in usages)
         cached = [
             u.prompt_tokens_details.cached_tokens for u in usages if u.prompt_tokens_details
         ]
-        usage = CompletionUsage(
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            total_tokens=self.prompt_tokens + self.completion_tokens,
+        return CompletionUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
             prompt_tokens_details=PromptTokensDetails(max(cached)) if cached else None,
         )
-        return self._chunk([], usage)

@@ -129,7 +129,8 @@ class DecodeHandler(BaseHandler):
             req, prompt_len=len(ids), context_length=self.config.context_length
         )
         chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
-        stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage)
+        stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage,
+                            req.wants_continuous_usage)
         # model_construct: the ids come from our own tokenizer, no need to validate them again.
         return _Job(ids, params, PreprocessedRequest.model_construct(token_ids=ids), stream)
 

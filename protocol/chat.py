@@ -42,6 +42,7 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # usage on every chunk (with include_usage)
 
 
 class NvExt(BaseModel):
@@ -102,6 +103,14 @@ class ChatCompletionRequest(BaseModel):
         if not self.stream:
             return True
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def wants_continuous_usage(self) -> bool:
+        """Usage on every streamed chunk: both stream options set, as the frontend requires
+        in Tokens mode."""
+        opts = self.stream_options
+        return self.stream and opts is not None and opts.include_usage and (
+            opts.continuous_usage_stats)
 
     @property
     def prompt_token_ids(self) -> Optional[list[int]]:

@@ -158,6 +158,17 @@ def test_chat_request_normalizes_and_tolerates():
     assert req.template_messages()[1] == {"role": "user", "content": "ab"}
     assert not parse(ChatCompletionRequest, {**CHAT, "stream": True}).wants_usage
     assert parse(ChatCompletionRequest, CHAT).wants_usage  # non-streaming: always
+    assert not req.wants_continuous_usage
+
+
+@pytest.mark.parametrize("options, stream, expected", [
+    ({"include_usage": True, "continuous_usage_stats": True}, True, True),
+    ({"continuous_usage_stats": True}, True, False),  # as the frontend: needs include_usage
+    ({"include_usage": True, "continuous_usage_stats": True}, False, False),
+])
+def test_continuous_usage_needs_streaming_and_include_usage(options, stream, expected):
+    req = parse(ChatCompletionRequest, {**CHAT, "stream": stream, "stream_options": options})
+    assert req.wants_continuous_usage is expected
 
 
 @pytest.mark.parametrize(

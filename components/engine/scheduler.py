@@ -179,7 +179,12 @@ class Scheduler:
         return chunk
 
     def _admissible(self) -> bool:
-        return bool(self.waiting) and self._active() < self.cfg.max_running_requests
+        """The queue head fits in max_running_requests with all its choices (n > 1), or runs
+        alone when it is larger."""
+        if not self.waiting:
+            return False
+        active = self._active()
+        return active == 0 or active + group_rows(self.waiting[0]) <= self.cfg.max_running_requests
 
     def _active(self) -> int:
         return len(self.live) - sum(group_rows(s) for s in self.waiting)

@@ -69,7 +69,6 @@ COMMON: list[tuple[str, str, Any]] = [
     ("use-beam-search", CHAT, {"use_beam_search": True}),
     ("template-replaced", CHAT, {"chat_template_kwargs": {"chat_template": "{{ 'x' }}"}}),
     ("model-number", CHAT, {"model": 123}),
-    ("n-two", CHAT, {"n": 2}),
     ("lone-surrogate", CHAT,
      b'{"model": "{model}", "messages": [{"role": "user", "content": "\\ud800"}]}'),
     ("many-messages", CHAT, {"messages": [{"role": "user", "content": "a"}] * 3000}),
@@ -122,6 +121,9 @@ EXTREME: list[tuple[str, str, Any]] = [
     ("top-k-whole-vocab", CHAT, {"top_k": 1 << 30, "top_p": 1e-30, "min_p": 1}),
     ("seed-int64-min", CHAT, {"seed": -(1 << 63), "temperature": 1.0}),
     ("max-tokens-one", CHAT, {"max_tokens": 1}),
+    # Aggregated: that many choices; disaggregated: a 400 (one KV transfer per request).
+    ("n-two", CHAT, {"n": 2, "temperature": 1.0}),
+    ("n-max", CHAT, {"n": 128, "temperature": 1.0}),
     # The frontend turns this into template variables (enable_thinking, ...): they must pass.
     ("reasoning-effort", CHAT, {"reasoning_effort": "high"}),
     ("template-variable", CHAT, {"chat_template_kwargs": {"enable_thinking": False}}),
