@@ -15,11 +15,11 @@ ends before its prompt is prefilled ends the choices waiting on it the same way.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from components.engine.kv_pool import KVPool
+from components.engine.kv_pool import KVPool, PageRun
 from components.engine.sequence import Sequence, Status
 
 
@@ -48,6 +48,22 @@ def share_plan(leader: Sequence) -> None:
     for f in leader.forks:
         f.input_ids = leader.input_ids
         f.max_new_tokens, f.reserve_tokens = leader.max_new_tokens, leader.reserve_tokens
+
+
+def allocate_group(leader: Sequence, allocate: Callable[[int], PageRun | None],
+                   release: Callable[[PageRun | None], None], page_size: int) -> bool:
+    """Pages for the request and each of its waiting choices, all or none."""
+    rows = [leader, *pending(leader)]
+    runs = [allocate(row.reserve_tokens) for row in rows]
+    if None in runs:
+        for run in runs:
+            release(run)
+        return False
+    for row, pages in zip(rows, runs):
+        row.attach_pages(pages, page_size)
+    for fork in rows[1:]:
+        fork.status = Status.PREFILLING  # its prompt K/V comes from the leader's forward
+    return True
 
 
 def group_rows(seq: Sequence) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 from components.engine.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
 from components.engine.disagg import Action, Adopt, Complete, DisaggCoordinator, Fail, Free
-from components.engine.forks import fork_kv, group_rows, pending, share_plan
+from components.engine.forks import allocate_group, fork_kv, group_rows, pending, share_plan
 from components.engine.kv_pool import KVPool, PageRun
 from components.engine.output_processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
@@ -131,7 +131,7 @@ class Scheduler:
                 continue
             if chunks and (budget <= 0 or (seq.prompt_len > budget and not self._can_chunk())):
                 break  # the first prompt of a step always goes, however long
-            if not self._allocate_group(seq):
+            if not allocate_group(seq, self._allocate, self._release, self.pool.page_size):
                 self._stalled = True  # FIFO: wait until a finishing request frees pages
                 break
             self.waiting.popleft()
@@ -144,20 +144,6 @@ class Scheduler:
             chunks.append(self._next_chunk(seq, budget))
             budget -= chunks[-1].end - chunks[-1].begin
         return chunks
-
-    def _allocate_group(self, seq: Sequence) -> bool:
-        """Pages for the request and each of its waiting choices, all or none."""
-        rows = [seq, *pending(seq)]
-        runs = [self._allocate(row.reserve_tokens) for row in rows]
-        if None in runs:
-            for run in runs:
-                self._release(run)
-            return False
-        for row, pages in zip(rows, runs):
-            row.attach_pages(pages, self.pool.page_size)
-        for fork in rows[1:]:
-            fork.status = Status.PREFILLING  # its prompt K/V comes from the leader's forward
-        return True
 
     def _allocate(self, tokens: int) -> PageRun | None:
         pages = self.pool.allocate(tokens)
@@ -179,8 +165,7 @@ class Scheduler:
         return chunk
 
     def _admissible(self) -> bool:
-        """The queue head fits in max_running_requests with all its choices (n > 1), or runs
-        alone when it is larger."""
+        # The queue head fits in max_running_requests with all its choices, or runs alone.
         if not self.waiting:
             return False
         active = self._active()
