@@ -109,6 +109,17 @@ def test_continuous_usage_stats_puts_usage_on_every_chunk(stack, http, mode):
     assert [bool(e.get("usage")) for e in plain] == [False] * (len(plain) - 1) + [True]
 
 
+@pytest.mark.parametrize("opts", [{"continuous_usage_stats": True}, {}])
+def test_text_mode_usage_options_match_the_frontends_tokens_mode(stack, http, opts):
+    """Where the frontend puts usage in Tokens mode, the Text-mode worker puts it too."""
+    def shape(mode: str) -> tuple[bool, bool, bool]:
+        got = events(http, stack.url, body(mode, stream_options=opts))
+        content = [bool(e.get("usage")) for e in got if e["choices"]]
+        return all(content), any(content), not got[-1]["choices"] and bool(got[-1].get("usage"))
+
+    assert shape("text") == shape("tokens")
+
+
 @pytest.mark.parametrize("mode", MODELS)
 def test_cancel_n3_mid_stream_frees_every_choice(stack, mode):
     req = body(mode, n=3, max_tokens=1500, stream=True)
