@@ -105,3 +105,20 @@ async def test_a_group_that_cannot_fit_the_pool_is_refused(engine):
         await engine.async_generate(input_ids=random_prompt(20, engine.vocab_size, 7),
                                     sampling_params=params)
     assert engine.kv_pages_in_use() == 0
+
+
+async def test_more_choices_than_max_running_requests_run_alone(tiny_model_path):
+    """A group larger than max_running_requests is admitted when nothing else runs, instead
+    of waiting forever; the request queued behind it runs after it."""
+    eng = CpuEngine(model_path=tiny_model_path, context_length=512, max_total_tokens=4096,
+                    max_running_requests=2)
+    try:
+        ids = random_prompt(10, eng.vocab_size, seed=8)
+        big = eng.async_generate(input_ids=ids, sampling_params={**SEEDED, "n": 5})
+        small = eng.async_generate(input_ids=ids, sampling_params={**SEEDED, "n": 2})
+        outs = await asyncio.wait_for(asyncio.gather(big, small), 60)
+        assert [len(o) for o in outs] == [5, 2]
+        assert all(len(c["output_ids"]) == 10 for o in outs for c in o)
+        assert eng.kv_pages_in_use() == 0
+    finally:
+        eng.shutdown()
