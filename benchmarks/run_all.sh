@@ -36,6 +36,7 @@ if [[ $QUICK == 1 ]]; then
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
+    CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -46,6 +47,7 @@ else
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
+    CHOICES_ARGS=(--runs 3)
 fi
 
 failed=()
@@ -71,6 +73,7 @@ run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
+run bench_choices bench_choices "${CHOICES_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
 echo
