@@ -133,6 +133,14 @@ greedy, `ignore_eos`), both given the whole batch at once; wall time from submis
 token, prefill included. The arms alternate within each repetition after one warm-up each.
 """
 
+CHOICES = """\
+`python -m benchmarks.bench_choices`: `n > 1` on the CPU engine (`small` model, one torch
+thread, prefix cache off): one request with `n=8` (the 1,024-token prompt prefilled once and
+forked into the choices) against 8 concurrent single requests with the same prompt and the
+choices' seeds (seed + index), 16 new tokens each, seeded sampling; wall time from submission to
+the last token. The tokens of the two arms must be identical.
+"""
+
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
@@ -142,6 +150,7 @@ SECTIONS = [
     ("disagg_ttft", "TTFT: aggregated vs disaggregated, split", TTFT),
     ("bench_engine", "CPU engine throughput", ENGINE),
     ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
+    ("bench_choices", "n > 1: one prefill forked vs n single requests", CHOICES),
 ]
 
 FOOTER = """\

@@ -149,6 +149,12 @@ def headline(name: str, data: dict) -> list[str]:
             f"**{fmt(data['ratio'])}x** output tok/s at batch {data['config']['batch']}; greedy "
             "tokens identical: " + ("yes" if data.get("tokens_identical") else "no")
         ]
+    if name == "bench_choices":
+        return [
+            f"one request with n={data['config']['n']} / {data['config']['n']} single requests: "
+            f"**{fmt(data['speedup'])}x** faster; tokens identical: "
+            + ("yes" if data.get("tokens_identical") else "no")
+        ]
     return []
 
 
