@@ -29,10 +29,9 @@ def make_choices(leader: Sequence, n: int) -> list[Sequence]:
     parent = leader.rid
     leader.rid, leader.index, leader.parent_rid = uuid.uuid4().hex, 0, parent
     leader.forks = [
+        # The ids come from the leader once it is checked (and tokenized): share_plan.
         Sequence(rid=uuid.uuid4().hex, params=leader.params, sink=leader.sink,
-                 input_ids=None if leader.input_ids is None else list(leader.input_ids),
-                 prompt_text=leader.prompt_text, stream=leader.stream, index=i,
-                 parent_rid=parent)
+                 stream=leader.stream, index=i, parent_rid=parent)
         for i in range(1, n)
     ]
     return [leader, *leader.forks]
