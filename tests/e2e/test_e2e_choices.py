@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from harness.topology import Stack, wait_until
-from tests.e2e.client import chat, user
+from tests.e2e.client import chat, completion, user
 from tests.topologies import ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -72,6 +72,13 @@ def test_n3_gives_three_seeded_choices_and_usage_counts_them_all(stack, http, mo
     assert out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + 24
     again = sorted(chat(http, stack.url, body(mode, n=3))["choices"], key=lambda c: c["index"])
     assert [c["message"]["content"] for c in again] == texts  # same seed, same choices
+
+
+def test_completions_n2_in_tokens_mode(stack, http):
+    req = {"model": MODELS["tokens"], "prompt": "Once upon a time", "n": 2, **SEEDED}
+    out = completion(http, stack.url, req)
+    assert sorted(c["index"] for c in out["choices"]) == [0, 1]
+    assert out["usage"]["completion_tokens"] == 2 * SEEDED["max_tokens"]
 
 
 @pytest.mark.parametrize("mode", MODELS)
