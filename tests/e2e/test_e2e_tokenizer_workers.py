@@ -1,4 +1,5 @@
-"""`--tokenizer-worker-num 2` behind the real frontend, Text mode (the workers tokenize).
+"""`--tokenizer-worker-num 2` behind the real frontend, Text mode (the workers tokenize), on the
+CPU engine and on `sglang.Engine`.
 
 One engine process and one attached process serve `tiny-tw`; the frontend spreads requests over
 both instances. Checked: output equal to a plain aggregated worker's, both processes registered
@@ -14,10 +15,11 @@ import signal
 import httpx
 import pytest
 
+from components.tokenizer_workers import ENGINE_PID_ENV
 from harness.child import cpu_seconds
 from harness.topology import Stack, wait_until
 from tests.e2e.client import chat, error_message, post, stream, user
-from tests.topologies import AGG, ENGINE_ARGS
+from tests.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -57,11 +59,18 @@ def ready_lines(stack: Stack) -> int:
 
 
 def attached_pid(stack: Stack) -> int:
-    engine_pid = stack.procs["tw"].popen.pid
-    with open(f"/proc/{engine_pid}/task/{engine_pid}/children") as f:
+    return children_of(stack.procs["tw"].popen.pid)
+
+
+def children_of(pid: int) -> int:
+    """The attached worker among `pid`'s children (SGLang also spawns its scheduler and
+    detokenizer, and renames processes): the one started with the engine's pid in its env."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
         children = [int(p) for p in f.read().split()]
-    assert len(children) == 1, children
-    return children[0]
+    attached = [c for c in children
+                if ENGINE_PID_ENV.encode() in open(f"/proc/{c}/environ", "rb").read()]
+    assert len(attached) == 1, children
+    return attached[0]
 
 
 def pages_settle_to_zero(stack: Stack) -> None:
@@ -142,3 +151,35 @@ def test_a_killed_attached_process_frees_its_requests_pages(stack):
     # process's request when it saw the process gone, and the other one on the disconnect.
     wait_until(lambda: stack.procs["tw"].kv_pages_in_use() == 0, 5.0, "tw pages back to 0")
     assert stack.procs["tw"].alive()
+
+
+def test_sglang_engine_serves_from_two_processes(tmp_path_factory, tiny_model_path):
+    """The same flag on `sglang.Engine` (SGLang's CPU path): the attached process is SGLang's
+    `Engine.attach_tokenizer_worker`, and both answer with the CPU engine's greedy output."""
+    stack = Stack(tmp_path_factory.mktemp("sglang-tw"), tiny_model_path)
+    try:
+        stack.start_frontend()
+        stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS,
+                           "--tokenizer-worker-num", "2", "--endpoint",
+                           "dyn://dynamo.sglang.generate", skip_tokenizer_init=False,
+                           engine="sglang")
+        stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, "--endpoint",
+                           "dyn://dynamo.agg.generate", skip_tokenizer_init=False)
+        stack.wait_ready(SGLANG, AGG, timeout=240)
+        log = stack.procs["sglang"].log_text
+        wait_until(lambda: log().count("worker ready: agg serving") == 2, 120,
+                   "both SGLang processes ready")
+        # SGLang's router in the engine process has both processes' TokenizerWorkers.
+        assert "Router registered worker IPC" in log() and "(total: 2)" in log()
+        child = children_of(stack.procs["sglang"].popen.pid)
+        with httpx.Client(timeout=60) as http:
+            for i in range(4):
+                want = chat(http, stack.url, body(AGG, f"hello {i}", max_tokens=8))
+                got = chat(http, stack.url, body(SGLANG, f"hello {i}", max_tokens=8))
+                assert got["choices"][0]["message"] == want["choices"][0]["message"]
+        assert os.path.exists(f"/proc/{child}")
+    except BaseException:
+        print(stack.logs())
+        raise
+    finally:
+        stack.stop()
