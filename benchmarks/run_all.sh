@@ -34,6 +34,7 @@ if [[ $QUICK == 1 ]]; then
     TTFT_ARGS=(--runs 1 --lengths 128,1024)
     ENGINE_ARGS=(--runs 1)
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
+    TW_ARGS=(--runs 1 --tokens 16384)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
@@ -44,6 +45,7 @@ else
     TTFT_ARGS=(--runs 3)
     ENGINE_ARGS=(--runs 3)
     VS_HF_ARGS=(--runs 3)
+    TW_ARGS=(--runs 3)
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
@@ -74,6 +76,7 @@ run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 run bench_choices bench_choices "${CHOICES_ARGS[@]}"
+run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
 echo

@@ -31,6 +31,7 @@ _OPTIONAL = {
     "max_total_tokens": "max_total_tokens",
     "random_seed": "random_seed",
     "stream_interval": "stream_interval",
+    "tokenizer_worker_num": "tokenizer_worker_num",
     "max_prefill_tokens": "max_prefill_tokens",
     "chunked_prefill_size": "chunked_prefill_size",
     "cpu_num_threads": "num_threads",
@@ -63,6 +64,9 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=sorted(_DTYPES), default="auto")
     g.add_argument("--random-seed", type=int, default=None)
     g.add_argument("--stream-interval", type=int, default=None)
+    g.add_argument("--tokenizer-worker-num", type=int, default=None,
+                   help="processes serving the endpoint on this engine: each does its own "
+                        "request handling and tokenization (default 1)")
     g.add_argument("--max-prefill-tokens", type=int, default=None,
                    help="prompt tokens forwarded per prefill step")
     g.add_argument("--chunked-prefill-size", type=int, default=None,

@@ -11,6 +11,7 @@ the worker defaults to its `--host` (loopback by default).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from components.compat import sglang_requests_in_flight
@@ -20,7 +21,8 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
     async def kv_pages(_body: dict) -> dict:
         # Only the CPU engine exposes occupancy; SGLang reports it through its own metrics.
         pages = getattr(engine, "kv_pages_in_use", None)
-        return {"pages_in_use": pages() if callable(pages) else None}
+        # A tokenizer worker asks its engine process: off the event loop.
+        return {"pages_in_use": await asyncio.to_thread(pages) if callable(pages) else None}
 
     async def requests(_body: dict) -> dict:
         return {"in_flight": sglang_requests_in_flight(engine)}

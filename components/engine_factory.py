@@ -65,6 +65,17 @@ def build_engine(kind: str, engine_args: Any) -> Any:
     return CpuEngine(**dict(engine_args))
 
 
+def attach_engine(kind: str, parent_pid: int) -> Any:
+    """The Engine API in a tokenizer worker process, run by the engine of `parent_pid`."""
+    if kind == "sglang":
+        from components.sglang_engine import attach_engine as attach_sglang
+
+        return attach_sglang(parent_pid)
+    from components.engine.engine import CpuEngine
+
+    return CpuEngine.attach_tokenizer_worker(parent_pid)
+
+
 def engine_limits(kind: str, engine: Any) -> EngineLimits:
     if kind == "sglang":
         from components.sglang_engine import sglang_limits

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -23,3 +24,17 @@ def advertised_host(host: str, engine_kind: str) -> str:
 
         return local_ip()
     return socket.gethostbyname(socket.gethostname())
+
+
+def free_system_port(host: str) -> int:
+    """A free port below 32768 on `host`: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(20000, 32767)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below 32768")

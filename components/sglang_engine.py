@@ -92,6 +92,14 @@ def create_engine(server_args: ServerArgs) -> Any:
     return sgl.Engine(server_args=server_args)
 
 
+def attach_engine(parent_pid: int) -> Any:
+    """SGLang's Engine.attach_tokenizer_worker: a TokenizerWorker in this process registered
+    with the router of the Engine in `parent_pid` (started with tokenizer_worker_num > 1)."""
+    import sglang as sgl
+
+    return sgl.Engine.attach_tokenizer_worker(parent_pid)
+
+
 def resolved_server_args(engine: Any) -> Any:
     """What the engine really runs with: SGLang keeps `ServerArgs` as given and records what it
     resolved (page size forced by the attention backend, context length, ...) on the side."""

@@ -18,12 +18,13 @@ from dynamo.runtime import DistributedRuntime
 
 from components.args import WorkerConfig, WorkerMode, parse_args
 from components.debug_routes import register_debug_routes
-from components.engine_factory import build_engine, engine_limits
+from components.engine_factory import attach_engine, build_engine, engine_limits
 from components.handler_factory import build_handler, health_check_payload
 from components.hosts import is_wildcard
 from components.register import register_served_model, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
+from components.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine, worker_count
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,19 @@ class Worker:
         self.runtime.shutdown()
 
 
-async def run_worker(config: WorkerConfig) -> None:
+def start_engine(config: WorkerConfig, argv: list[str]) -> tuple[Any, TokenizerWorkers | None]:
+    """The engine, or an attachment to the engine process's; with --tokenizer-worker-num N > 1
+    the engine process also starts the N - 1 attached ones (`components.tokenizer_workers`)."""
+    parent = engine_pid()
+    if parent is not None:
+        exit_with_engine()
+        return attach_engine(config.engine_kind, parent), None
+    engine = build_engine(config.engine_kind, config.engine_args)
+    count = worker_count(config.engine_kind, config.engine_args)
+    return engine, (TokenizerWorkers.start(count, argv) if count > 1 else None)
+
+
+async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> None:
     bind_runtime_to_host(config.host)
     loop = asyncio.get_running_loop()
     runtime = DistributedRuntime(loop, config.dynamo.discovery_backend,
@@ -125,7 +138,7 @@ async def run_worker(config: WorkerConfig) -> None:
                        "pass it to dynamo.frontend")
     logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
                 config.served_model_name)
-    engine = build_engine(config.engine_kind, config.engine_args)
+    engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
     handler = None
     try:
         prefill = None
@@ -135,21 +148,30 @@ async def run_worker(config: WorkerConfig) -> None:
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, engine)
         worker = Worker(config, runtime, engine)
-        SignalGuard(loop).take(lambda: asyncio.ensure_future(worker.stop()))
+        SignalGuard(loop).take(lambda: _stop_all(worker, workers))
         if config.mode is WorkerMode.PREFILL:
             await warmup_prefill(config, engine)
         await worker.serve(handler)
     finally:
         if handler is not None:
             await handler.cleanup()
+        if workers is not None:  # they drain on this process's engine: stop them first
+            await asyncio.to_thread(workers.stop)
         engine.shutdown()
         logger.info("worker stopped")
 
 
+def _stop_all(worker: Worker, workers: TokenizerWorkers | None) -> None:
+    if workers is not None:
+        workers.terminate()
+    asyncio.ensure_future(worker.stop())
+
+
 def main(argv: list[str] | None = None) -> None:
-    config = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
     configure_logging(config.log_level)
-    asyncio.run(run_worker(config))
+    asyncio.run(run_worker(config, argv))
     # Everything is drained and shut down. Skip interpreter finalization: Dynamo's runtime
     # threads (health-check canaries) can still be entering Python, and finalization then
     # aborts the process ("FATAL: exception not rethrown", SIGABRT) instead of exiting 0.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ from typing import Any, Callable
 
 import httpx
 
+from components import hosts
 from harness.child import REPO
 
 HOST = "127.0.0.1"
@@ -58,17 +58,7 @@ def free_port() -> int:
 
 
 def free_system_port() -> int:
-    """A free port below 32768: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randint(20000, 32767)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below 32768")
+    return hosts.free_system_port(HOST)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -124,3 +124,14 @@ def test_engine_choice_is_made_in_one_place(monkeypatch):
     assert engine_factory.resolve_engine_kind("auto") == "cpu"
     monkeypatch.setenv("ENGINE", "cpu")
     assert parse_args(MODEL).engine_kind == "cpu"
+
+
+def test_tokenizer_worker_num_reaches_the_engine_and_counts_processes():
+    from components.tokenizer_workers import worker_count
+
+    config = parse_args([*MODEL, "--tokenizer-worker-num", "3"])
+    assert EngineConfig(**config.engine_args).tokenizer_worker_num == 3
+    assert worker_count("cpu", config.engine_args) == 3
+    assert worker_count("cpu", parse_args(MODEL).engine_args) == 1
+    with pytest.raises(ValueError, match="tokenizer_worker_num"):
+        EngineConfig(model_path="m", tokenizer_worker_num=0)

@@ -63,6 +63,9 @@ class EngineConfig:
     # and decode. None: peers are not authenticated (fine while the bootstrap server listens on
     # loopback or a private network).
     kv_side_channel_secret: str | None = dataclasses.field(default=None, repr=False)
+    # SGLang's --tokenizer-worker-num: with N > 1, N - 1 other processes may attach to this
+    # engine (CpuEngine.attach_tokenizer_worker) and send it tokenized requests.
+    tokenizer_worker_num: int = 1
     log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
     #                               configures logging
 
@@ -93,6 +96,7 @@ class EngineConfig:
         if self.max_total_tokens is not None:
             _require_int_range("max_total_tokens", self.max_total_tokens, self.page_size, 1 << 31)
         _require_int_range("num_threads", self.num_threads, 1, 1024)
+        _require_int_range("tokenizer_worker_num", self.tokenizer_worker_num, 1, 64)
         _require_int_range("stream_interval", self.stream_interval, 1, 1 << 20)
         _require_int_range("max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 31)
         _require_int_range("random_seed", self.random_seed, 0, 2**63 - 1)

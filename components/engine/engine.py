@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -17,8 +18,10 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from components.engine.attached import AttachedCpuEngine
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.engine_loop import EngineLoop
+from components.engine.engine_service import EngineService
 from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.forks import make_choices
@@ -62,6 +65,17 @@ class CpuEngine(SyncGenerateMixin):
         self._live_rids: set[str] = set()
         self._closed = False
         self.tokenizer_manager = CpuTokenizerManager(tokenizer, self.server_args, self._loop)
+        self._service: EngineService | None = None
+        if cfg.tokenizer_worker_num > 1:
+            self._service = EngineService(self)
+            self._service.start()
+
+    @classmethod
+    def attach_tokenizer_worker(cls, parent_pid: int | None = None) -> AttachedCpuEngine:
+        """SGLang's ``Engine.attach_tokenizer_worker``: the Engine API in this process, run by
+        the engine of ``parent_pid`` (default: the parent process), which was started with
+        ``tokenizer_worker_num > 1``."""
+        return AttachedCpuEngine(os.getppid() if parent_pid is None else parent_pid)
 
     # ---- registration facts -------------------------------------------------------------------
     @property
@@ -237,6 +251,8 @@ class CpuEngine(SyncGenerateMixin):
             if self._closed:
                 return
             self._closed = True
+        if self._service is not None:
+            self._service.stop()
         self._loop.stop(SHUTDOWN_JOIN_S)
 
     def __enter__(self) -> "CpuEngine":

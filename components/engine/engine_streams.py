@@ -34,7 +34,7 @@ async def stream_chunks(start: Start, abort: Abort, choices: int = 1) -> AsyncIt
             chunk = await queue.get()
             done = chunk["meta_info"]["finish_reason"] is not None
             if first and done:
-                _raise_if_refused(chunk)
+                raise_if_refused(chunk)
             first = False
             finished += done
             yield chunk
@@ -50,7 +50,7 @@ async def final_chunk(start: Start, abort: Abort, choices: int = 1) -> Chunk | l
         while True:
             chunk = await queue.get()
             if chunk["meta_info"]["finish_reason"] is not None:
-                _raise_if_refused(chunk)
+                raise_if_refused(chunk)
                 finals.append(chunk)
                 if choices == 1:
                     return chunk
@@ -61,7 +61,7 @@ async def final_chunk(start: Start, abort: Abort, choices: int = 1) -> Chunk | l
         raise
 
 
-def _raise_if_refused(chunk: Chunk) -> None:
+def raise_if_refused(chunk: Chunk) -> None:
     reason = chunk["meta_info"]["finish_reason"]
     if reason["type"] == "abort" and reason.get("status_code") == 400:
         raise ValueError(reason["message"])

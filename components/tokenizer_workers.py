@@ -1,0 +1,94 @@
+"""``--tokenizer-worker-num N``: N processes serve one engine (SGLang's flag and semantics).
+
+The process started by the operator builds the engine (its schedule/forward loop, KV pool,
+NIXL) and serves the Dynamo endpoint as worker 0; it starts N - 1 more processes with the same
+command line, each of which attaches to that engine (``Engine.attach_tokenizer_worker``, SGLang's
+or the CPU engine's) and serves the same endpoint with its own request handling, chat templating,
+tokenization and detokenization, so that per-request Python work is spread over N processes.
+Attached processes get SIGTERM when the engine process exits (Linux's parent-death signal), and
+the engine process aborts the requests of one that exits. Each serves its own system port when
+the engine process has one (a free port; Dynamo's model card is served from it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from components.hosts import free_system_port
+
+logger = logging.getLogger(__name__)
+
+ENGINE_PID_ENV = "DYN_SGLANG_ENGINE_PID"  # set only in the processes this module starts
+STOP_TIMEOUT_S = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_count(kind: str, engine_args: Any) -> int:
+    if kind == "sglang":
+        return int(getattr(engine_args, "tokenizer_worker_num", 1) or 1)
+    return int(engine_args.get("tokenizer_worker_num", 1))
+
+
+def engine_pid() -> int | None:
+    """The engine process this one attaches to, or None when it owns its engine."""
+    value = os.environ.get(ENGINE_PID_ENV)
+    return int(value) if value else None
+
+
+def exit_with_engine() -> None:
+    """Ask Linux for SIGTERM when the engine process (our parent) exits, and check it has not
+    already: the normal shutdown path then unregisters and ends live requests."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != engine_pid():
+        raise SystemExit("the engine process exited before this tokenizer worker started")
+
+
+class TokenizerWorkers:
+    """The N - 1 attached processes of an engine process."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        self.procs = procs
+
+    @classmethod
+    def start(cls, count: int, argv: Sequence[str]) -> "TokenizerWorkers":
+        env = dict(os.environ, **{ENGINE_PID_ENV: str(os.getpid())})
+        procs = []
+        for _ in range(count - 1):
+            if "DYN_SYSTEM_PORT" in env:  # each process serves its own system port
+                env["DYN_SYSTEM_PORT"] = str(free_system_port(env.get("DYN_SYSTEM_HOST",
+                                                                      "127.0.0.1")))
+            procs.append(subprocess.Popen([sys.executable, "-m", "components", *argv], env=env))
+        logger.info("started %d tokenizer worker processes: %s", len(procs),
+                    [p.pid for p in procs])
+        return cls(procs)
+
+    def exited(self) -> list[tuple[int, int]]:
+        """(pid, returncode) of the processes that have exited."""
+        return [(p.pid, p.returncode) for p in self.procs if p.poll() is not None]
+
+    def terminate(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM (they unregister and drain, while this process's engine still runs), then
+        SIGKILL for any still running after ``timeout``."""
+        self.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                logger.error("tokenizer worker %d did not stop within %.0fs; killing it",
+                             p.pid, timeout)
+                p.kill()
+                p.wait(timeout)

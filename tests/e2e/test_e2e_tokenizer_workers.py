@@ -1,0 +1,185 @@
+"""`--tokenizer-worker-num 2` behind the real frontend, Text mode (the workers tokenize), on the
+CPU engine and on `sglang.Engine`.
+
+One engine process and one attached process serve `tiny-tw`; the frontend spreads requests over
+both instances. Checked: output equal to a plain aggregated worker's, both processes registered
+and doing work, a 400 through either, client disconnects and a killed attached process leaving
+the engine's KV pool empty, and SIGTERM stopping both processes cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+
+from components.tokenizer_workers import ENGINE_PID_ENV
+from harness.child import cpu_seconds
+from harness.topology import Stack, wait_until
+from tests.e2e.client import chat, error_message, post, stream, user
+from tests.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+TW = "tiny-tw"
+SETTLE_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_model_path):
+    stack = Stack(tmp_path_factory.mktemp("tokworkers"), tiny_model_path)
+    try:
+        stack.start_frontend()
+        start_tw(stack)
+        stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, "--endpoint",
+                           "dyn://dynamo.agg.generate", skip_tokenizer_init=False)
+        stack.wait_ready(TW, AGG)
+    except BaseException:
+        print(stack.logs())
+        stack.stop()
+        raise
+    yield stack
+    stack.stop()
+
+
+def start_tw(stack: Stack) -> None:
+    before = ready_lines(stack)
+    stack.start_worker("tw", "null", TW, *ENGINE_ARGS, "--tokenizer-worker-num", "2",
+                       "--endpoint", "dyn://dynamo.tw.generate", skip_tokenizer_init=False)
+    stack.wait_ready(TW)
+    # Both processes log to the same file; each says it is ready once it serves and registered.
+    wait_until(lambda: ready_lines(stack) - before == 2, 60, "both tw processes ready")
+
+
+def ready_lines(stack: Stack) -> int:
+    proc = stack.procs.get("tw")
+    return proc.log_text().count("worker ready: agg serving") if proc else 0
+
+
+def attached_pid(stack: Stack) -> int:
+    return children_of(stack.procs["tw"].popen.pid)
+
+
+def children_of(pid: int) -> int:
+    """The attached worker among `pid`'s children (SGLang also spawns its scheduler and
+    detokenizer, and renames processes): the one started with the engine's pid in its env."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    attached = [c for c in children
+                if ENGINE_PID_ENV.encode() in open(f"/proc/{c}/environ", "rb").read()]
+    assert len(attached) == 1, children
+    return attached[0]
+
+
+def pages_settle_to_zero(stack: Stack) -> None:
+    wait_until(lambda: stack.procs["tw"].kv_pages_in_use() == 0, SETTLE_S, "tw pages back to 0")
+
+
+def body(model: str, content: str, **extra) -> dict:
+    return {"model": model, "messages": user(content), "max_tokens": 12, "temperature": 0.0,
+            **extra}
+
+
+def test_outputs_equal_a_plain_worker_and_both_processes_serve(stack):
+    child = attached_pid(stack)
+    before = cpu_seconds(child)
+    with httpx.Client(timeout=60) as http:
+        for i in range(6):  # the frontend spreads these over both instances
+            prompt = f"tell me about number {i}"
+            want = chat(http, stack.url, body(AGG, prompt))
+            got = chat(http, stack.url, body(TW, prompt))
+            assert got["choices"][0]["message"]["content"] == \
+                want["choices"][0]["message"]["content"]
+            assert got["usage"] == want["usage"]
+            streamed = stream(http, stack.url, "chat/completions", body(TW, prompt))
+            assert streamed.text == want["choices"][0]["message"]["content"]
+            assert streamed.usage["completion_tokens"] == want["usage"]["completion_tokens"]
+    # The attached process templated and tokenized its share: it used CPU for them.
+    assert cpu_seconds(child) - before > 0.05
+    pages_settle_to_zero(stack)
+
+
+def test_bad_request_is_a_400_from_either_process(stack):
+    with httpx.Client(timeout=60) as http:
+        for _ in range(4):
+            r = post(http, stack.url, "chat/completions", body(TW, "hi", max_tokens=100000))
+            assert r.status_code == 400
+            assert "100000" in error_message(r)
+
+
+def test_disconnects_free_the_engines_pages(stack):
+    long = body(TW, "a long answer please", max_tokens=1500, ignore_eos=True, stream=True)
+    for _ in range(4):  # both processes get some
+        with httpx.Client(timeout=60) as client:
+            with client.stream("POST", f"{stack.url}/v1/chat/completions", json=long) as r:
+                seen = 0
+                for line in r.iter_lines():
+                    seen += line.startswith("data:")
+                    if seen >= 3:
+                        break
+        assert seen >= 3
+    pages_settle_to_zero(stack)
+
+
+def first_event(response: httpx.Response) -> None:
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            return
+
+
+def test_sigterm_stops_both_processes(stack):
+    proc = stack.procs["tw"]
+    child = attached_pid(stack)
+    proc.popen.send_signal(signal.SIGTERM)
+    assert proc.popen.wait(60) == 0
+    wait_until(lambda: not os.path.exists(f"/proc/{child}"), 10.0, "the attached process gone")
+
+
+def test_a_killed_attached_process_frees_its_requests_pages(stack):
+    start_tw(stack)  # the previous test stopped it
+    long = {**body(TW, "a long answer please", max_tokens=1900, ignore_eos=True), "stream": True}
+    url = f"{stack.url}/v1/chat/completions"
+    # Two streams at once: the frontend's round robin puts one on each process.
+    with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b:
+        with a.stream("POST", url, json=long) as ra, b.stream("POST", url, json=long) as rb:
+            first_event(ra)
+            first_event(rb)
+            os.kill(attached_pid(stack), signal.SIGKILL)
+    # Neither request could have finished its 1,900 tokens by now: the engine freed the killed
+    # process's request when it saw the process gone, and the other one on the disconnect.
+    wait_until(lambda: stack.procs["tw"].kv_pages_in_use() == 0, 5.0, "tw pages back to 0")
+    assert stack.procs["tw"].alive()
+
+
+def test_sglang_engine_serves_from_two_processes(tmp_path_factory, tiny_model_path):
+    """The same flag on `sglang.Engine` (SGLang's CPU path): the attached process is SGLang's
+    `Engine.attach_tokenizer_worker`, and both answer with the CPU engine's greedy output."""
+    stack = Stack(tmp_path_factory.mktemp("sglang-tw"), tiny_model_path)
+    try:
+        stack.start_frontend()
+        stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS,
+                           "--tokenizer-worker-num", "2", "--endpoint",
+                           "dyn://dynamo.sglang.generate", skip_tokenizer_init=False,
+                           engine="sglang")
+        stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, "--endpoint",
+                           "dyn://dynamo.agg.generate", skip_tokenizer_init=False)
+        stack.wait_ready(SGLANG, AGG, timeout=240)
+        log = stack.procs["sglang"].log_text
+        wait_until(lambda: log().count("worker ready: agg serving") == 2, 120,
+                   "both SGLang processes ready")
+        # SGLang's router in the engine process has both processes' TokenizerWorkers.
+        assert "Router registered worker IPC" in log() and "(total: 2)" in log()
+        child = children_of(stack.procs["sglang"].popen.pid)
+        with httpx.Client(timeout=60) as http:
+            for i in range(4):
+                want = chat(http, stack.url, body(AGG, f"hello {i}", max_tokens=8))
+                got = chat(http, stack.url, body(SGLANG, f"hello {i}", max_tokens=8))
+                assert got["choices"][0]["message"] == want["choices"][0]["message"]
+        assert os.path.exists(f"/proc/{child}")
+    except BaseException:
+        print(stack.logs())
+        raise
+    finally:
+        stack.stop()
