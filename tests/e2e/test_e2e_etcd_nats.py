@@ -24,7 +24,9 @@ from tests.topologies import AGG, DISAGG, ENGINE_ARGS, start_decode, start_prefi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-LEASE_EXPIRY_S = 60.0  # bound on etcd dropping a dead worker's keys (its lease TTL, with room)
+# A short etcd lease (Dynamo's ETCD_LEASE_TTL, seconds) so a dead worker's keys go quickly.
+LEASE_TTL_S = 5
+LEASE_EXPIRY_S = 30.0  # bound on etcd dropping a dead worker's keys (the lease TTL, with room)
 RETURN_S = 90.0  # bound on a replacement worker serving again
 PROMPTS = ("Tell me about etcd.", "Count to five, slowly.")
 
@@ -39,7 +41,8 @@ def services(tmp_path_factory):
 def start_etcd_stack(workdir, model_path: str, services: Services,
                      skip_tokenizer_init: bool) -> Stack:
     stack = Stack(workdir, model_path, discovery_backend="etcd", request_plane="nats",
-                  services_env=services.env(), namespace=f"etcd{int(skip_tokenizer_init)}")
+                  services_env={**services.env(), "ETCD_LEASE_TTL": str(LEASE_TTL_S)},
+                  namespace=f"etcd{int(skip_tokenizer_init)}")
     try:
         stack.start_frontend()
         start_prefill(stack, "prefill", skip_tokenizer_init)
