@@ -37,11 +37,13 @@ def configure_logging(level: str) -> None:
 
 
 def bind_runtime_to_host(host: str) -> None:
-    """Keep Dynamo's request-plane listener and system server on the configured host
-    (loopback by default) unless the environment already says otherwise."""
+    """Keep Dynamo's request-plane listener, system server and response-stream server (where a
+    decode worker receives its prefill's answers) on the configured host (loopback by default)
+    unless the environment already says otherwise."""
     if not is_wildcard(host):
         os.environ.setdefault("DYN_TCP_RPC_HOST", host)
         os.environ.setdefault("DYN_SYSTEM_HOST", host)
+        os.environ.setdefault("DYN_TCP_RESPONSE_STREAM_HOST", host)
 
 
 async def connect_prefill(runtime: Any, config: WorkerConfig) -> RuntimePrefillClient:

@@ -170,7 +170,8 @@ class Stack:
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(DYN_FILE_KV=str(self.kv_dir), DYN_DISCOVERY_BACKEND=self.discovery_backend,
-                   DYN_REQUEST_PLANE=self.request_plane, DYN_SYSTEM_HOST=HOST, DYN_LOG=os.environ.get("DYN_LOG", "warn"),
+                   DYN_REQUEST_PLANE=self.request_plane, DYN_SYSTEM_HOST=HOST,
+                   DYN_TCP_RESPONSE_STREAM_HOST=HOST, DYN_LOG=os.environ.get("DYN_LOG", "warn"),
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         if self.namespace:
             env["DYN_NAMESPACE"] = self.namespace

@@ -122,6 +122,11 @@ discovery_env() {
     export DYN_DISCOVERY_BACKEND="$DISCOVERY" DYN_REQUEST_PLANE="$REQUEST_PLANE"
     if [[ "$DISCOVERY" == etcd ]]; then export ETCD_ENDPOINTS="${ETCD_ENDPOINTS:-http://127.0.0.1:2379}"; fi
     if [[ "$REQUEST_PLANE" == nats ]]; then export NATS_SERVER="${NATS_SERVER:-nats://127.0.0.1:4222}"; fi
+    # The frontend's response-stream server (workers' answers come back to it) on --host too;
+    # the workers do the same themselves.
+    if [[ "$HOST" != 0.0.0.0 && "$HOST" != "::" ]]; then
+        export DYN_TCP_RESPONSE_STREAM_HOST="${DYN_TCP_RESPONSE_STREAM_HOST:-$HOST}"
+    fi
 }
 
 # sglang_cpu_env: WORKER_ENV for SGLang's own CPU path: SGLang's switch and, where SGLang's CPU
