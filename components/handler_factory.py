@@ -7,6 +7,7 @@ from typing import Any, Optional
 from components.args import WorkerConfig, WorkerMode
 from components.engine_factory import engine_limits
 from components.hosts import advertised_host
+from components.metrics import WorkerMetrics
 from handlers import (
     DecodeConfig,
     DecodeHandler,
@@ -24,7 +25,8 @@ def _vocab_size(engine: Any) -> int:
     return int(size)
 
 
-def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any]) -> Any:
+def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any],
+                  metrics: Optional[WorkerMetrics] = None) -> Any:
     if config.mode is WorkerMode.PREFILL:
         # The engine's own record: the CPU engine reports the port it really bound (port 0).
         port = int(engine.server_args.disaggregation_bootstrap_port)
@@ -33,7 +35,9 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
     limits = engine_limits(config.engine_kind, engine)
     preprocessor = None
     if not config.skip_tokenizer_init:
-        preprocessor = Preprocessor(engine.tokenizer_manager.tokenizer)
+        tokenizer = engine.tokenizer_manager.tokenizer
+        preprocessor = (metrics.timed_preprocessor(tokenizer) if metrics is not None
+                        else Preprocessor(tokenizer))
     decode_config = DecodeConfig(
         served_model_name=config.served_model_name,
         context_length=limits.request_token_limit,

@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from dynamo.common.utils.prometheus import register_engine_metrics_callback
 from dynamo.runtime import DistributedRuntime
 
 from components.args import WorkerConfig, WorkerMode, parse_args
@@ -21,6 +22,7 @@ from components.debug_routes import register_debug_routes
 from components.engine_factory import attach_engine, build_engine, engine_limits
 from components.handler_factory import build_handler, health_check_payload
 from components.hosts import is_wildcard
+from components.metrics import WorkerMetrics
 from components.register import register_served_model, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
@@ -36,11 +38,13 @@ def configure_logging(level: str) -> None:
 
 
 def bind_runtime_to_host(host: str) -> None:
-    """Keep Dynamo's request-plane listener and system server on the configured host
-    (loopback by default) unless the environment already says otherwise."""
+    """Keep Dynamo's request-plane listener, system server and response-stream server (where a
+    decode worker receives its prefill's answers) on the configured host (loopback by default)
+    unless the environment already says otherwise."""
     if not is_wildcard(host):
         os.environ.setdefault("DYN_TCP_RPC_HOST", host)
         os.environ.setdefault("DYN_SYSTEM_HOST", host)
+        os.environ.setdefault("DYN_TCP_RESPONSE_STREAM_HOST", host)
 
 
 async def connect_prefill(runtime: Any, config: WorkerConfig) -> RuntimePrefillClient:
@@ -70,18 +74,30 @@ async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, runtime: Any, engine: Any) -> None:
+    def __init__(self, config: WorkerConfig, runtime: Any, engine: Any,
+                 metrics: WorkerMetrics | None = None) -> None:
         self.config = config
         self.runtime = runtime
         self.engine = engine
+        self.metrics = metrics or WorkerMetrics(engine)
         self.endpoint = runtime.endpoint(config.dynamo.endpoint)
         self.registered = False
         self._stopping = False
 
+    def expose_metrics(self) -> None:
+        """The worker's metrics on the system port's /metrics, with Dynamo's labels
+        (components/metrics.py)."""
+        namespace, component, endpoint = self.config.dynamo.endpoint.split(".")
+        register_engine_metrics_callback(
+            self.endpoint, self.metrics.registry, namespace_name=namespace,
+            component_name=component, endpoint_name=endpoint,
+            model_name=self.config.served_model_name)
+
     async def serve(self, handler: Any) -> None:
         """Serve the endpoint and, for agg/decode, register the model concurrently."""
         serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
-            translate_errors(handler.generate),
+            translate_errors(self.metrics.instrument(
+                handler.generate, streams_tokens=self.config.mode is not WorkerMode.PREFILL)),
             graceful_shutdown=True,
             health_check_payload=health_check_payload(self.config, self.engine),
         ))
@@ -144,10 +160,12 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
         prefill = None
         if config.mode is WorkerMode.DECODE:
             prefill = await connect_prefill(runtime, config)
-        handler = build_handler(config, engine, prefill)
+        metrics = WorkerMetrics(engine)
+        handler = build_handler(config, engine, prefill, metrics)
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, engine)
-        worker = Worker(config, runtime, engine)
+        worker = Worker(config, runtime, engine, metrics)
+        worker.expose_metrics()
         SignalGuard(loop).take(lambda: _stop_all(worker, workers))
         if config.mode is WorkerMode.PREFILL:
             await warmup_prefill(config, engine)

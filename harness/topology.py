@@ -143,6 +143,11 @@ class Stack:
     procs: dict[str, Proc] = field(default_factory=dict)
     http_port: int = field(default_factory=free_port)
     namespace: str | None = None
+    # Dynamo's discovery backend and request plane for every process; etcd and NATS are reached
+    # through `services_env` (ETCD_ENDPOINTS, NATS_SERVER: `harness.services`).
+    discovery_backend: str = "file"
+    request_plane: str = "tcp"
+    services_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.kv_dir = self.workdir / "discovery"
@@ -154,11 +159,13 @@ class Stack:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(DYN_FILE_KV=str(self.kv_dir), DYN_DISCOVERY_BACKEND="file",
-                   DYN_SYSTEM_HOST=HOST, DYN_LOG=os.environ.get("DYN_LOG", "warn"),
+        env.update(DYN_FILE_KV=str(self.kv_dir), DYN_DISCOVERY_BACKEND=self.discovery_backend,
+                   DYN_REQUEST_PLANE=self.request_plane, DYN_SYSTEM_HOST=HOST,
+                   DYN_TCP_RESPONSE_STREAM_HOST=HOST, DYN_LOG=os.environ.get("DYN_LOG", "warn"),
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         if self.namespace:
             env["DYN_NAMESPACE"] = self.namespace
+        env.update(self.services_env)
         env.update(extra)
         return env
 
@@ -173,7 +180,8 @@ class Stack:
         return proc
 
     def start_frontend(self) -> Proc:
-        argv = [sys.executable, "-m", "dynamo.frontend", "--discovery-backend", "file",
+        argv = [sys.executable, "-m", "dynamo.frontend",
+                "--discovery-backend", self.discovery_backend, "--request-plane", self.request_plane,
                 "--http-host", HOST, "--http-port", str(self.http_port)]
         return self._spawn("frontend", argv, self.env())
 

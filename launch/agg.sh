@@ -4,7 +4,8 @@
 #
 # With a GPU: SGLang (--sglang-cpu: SGLang's own CPU path). Without (or with --cpu / ENGINE=cpu):
 # the embedded CPU engine, by default on the project's `small` model (built on first use).
-# File-based discovery (a fresh DYN_FILE_KV per run unless one is given): no etcd or NATS.
+# File-based discovery by default (a fresh DYN_FILE_KV per run unless one is given): no etcd or
+# NATS; --discovery-backend etcd / --request-plane nats use the operator's (launch/two-node.md).
 set -Eeuo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -21,10 +22,15 @@ Usage: $0 [options] [-- extra worker args]
   --no-skip-tokenizer-init   text mode: the worker applies the chat template and tokenizes
   --cpu | --gpu              force the CPU engine / SGLang on a GPU (default: GPU if present)
   --sglang-cpu               SGLang's own CPU path (SGLANG_USE_CPU_ENGINE=1), no GPU needed
+  --discovery-backend file|etcd   Dynamo discovery (default file: a fresh DYN_FILE_KV per run)
+  --request-plane tcp|nats   Dynamo request plane (default tcp)
+  --etcd-endpoints URL       etcd for --discovery-backend etcd (env ETCD_ENDPOINTS, default http://127.0.0.1:2379)
+  --nats-server URL          NATS for --request-plane nats (env NATS_SERVER, default nats://127.0.0.1:4222)
   --dry-run                  print the commands and exit
   -h, --help                 this text
 
-Environment: MODEL, HOST, HTTP_PORT, ENGINE=cpu|sglang, SGLANG_USE_CPU_ENGINE=1, DYN_FILE_KV, LOG_DIR (per-process
+Environment: MODEL, HOST, HTTP_PORT, ENGINE=cpu|sglang, SGLANG_USE_CPU_ENGINE=1, DYN_FILE_KV,
+DYN_DISCOVERY_BACKEND, DYN_REQUEST_PLANE, ETCD_ENDPOINTS, NATS_SERVER, LOG_DIR (per-process
 logs), READY_TIMEOUT (s), PYTHON. Everything after -- is passed to the worker.
 USAGE
 }
@@ -32,10 +38,10 @@ USAGE
 parse_launch_args "$@"
 engine_defaults
 WORKER_CMD=("${WORKER_ENV[@]}" "$PYTHON" -m components --model-path "$MODEL" --served-model-name "$SERVED"
-            --host "$HOST" "${ENGINE_ARGS[@]}" --disaggregation-mode null)
+            --host "$HOST" "${ENGINE_ARGS[@]}" "${DISCOVERY_ARGS[@]}" --disaggregation-mode null)
 ((SKIP_TOKENIZER)) && WORKER_CMD+=(--skip-tokenizer-init)
 WORKER_CMD+=("${EXTRA[@]}")
-FRONTEND_CMD=("$PYTHON" -m dynamo.frontend --discovery-backend file
+FRONTEND_CMD=("$PYTHON" -m dynamo.frontend "${DISCOVERY_ARGS[@]}"
               --http-host "$HOST" --http-port "$HTTP_PORT")
 
 run_stack aggregated frontend worker

@@ -77,7 +77,7 @@ ensure_small_model() {
 parse_launch_args() {
     MODEL="${MODEL:-}" SERVED="" HOST="${HOST:-127.0.0.1}" HTTP_PORT="${HTTP_PORT:-8000}"
     BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}" SKIP_TOKENIZER=1 ENGINE="${ENGINE:-}" DRY_RUN=0
-    SGLANG_CPU=0
+    SGLANG_CPU=0 DISCOVERY="${DYN_DISCOVERY_BACKEND:-file}" REQUEST_PLANE="${DYN_REQUEST_PLANE:-tcp}"
     [[ "${SGLANG_USE_CPU_ENGINE:-}" == 1 ]] && SGLANG_CPU=1
     EXTRA=()
     while (($#)); do
@@ -92,6 +92,10 @@ parse_launch_args() {
             --cpu) ENGINE=cpu; shift ;;
             --gpu) ENGINE=sglang; shift ;;
             --sglang-cpu) ENGINE=sglang; SGLANG_CPU=1; shift ;;
+            --discovery-backend) DISCOVERY="$2"; shift 2 ;;
+            --request-plane) REQUEST_PLANE="$2"; shift 2 ;;
+            --etcd-endpoints) export ETCD_ENDPOINTS="$2"; shift 2 ;;
+            --nats-server) export NATS_SERVER="$2"; shift 2 ;;
             --dry-run) DRY_RUN=1; shift ;;
             -h|--help) usage; exit 0 ;;
             --) shift; EXTRA=("$@"); break ;;
@@ -100,6 +104,29 @@ parse_launch_args() {
     done
     if [[ -z "$ENGINE" ]]; then ENGINE=$(have_gpus && echo sglang || echo cpu); fi
     if ((SGLANG_CPU)); then ENGINE=sglang; fi
+    discovery_args
+}
+
+# discovery_args: DISCOVERY_ARGS for the frontend and every worker (Dynamo's flag names). etcd and
+# NATS are found through Dynamo's own variables, ETCD_ENDPOINTS and NATS_SERVER (defaults
+# http://127.0.0.1:2379 and nats://127.0.0.1:4222), exported to every process.
+discovery_args() {
+    case "$DISCOVERY" in file|etcd) ;; *) log "--discovery-backend must be file or etcd"; exit 2 ;; esac
+    case "$REQUEST_PLANE" in tcp|nats) ;; *) log "--request-plane must be tcp or nats"; exit 2 ;; esac
+    DISCOVERY_ARGS=(--discovery-backend "$DISCOVERY" --request-plane "$REQUEST_PLANE")
+}
+
+# discovery_env: etcd and NATS are the operator's, and every process must reach the same ones
+# (--dry-run prints where). File discovery gets a fresh directory when the stack starts.
+discovery_env() {
+    export DYN_DISCOVERY_BACKEND="$DISCOVERY" DYN_REQUEST_PLANE="$REQUEST_PLANE"
+    if [[ "$DISCOVERY" == etcd ]]; then export ETCD_ENDPOINTS="${ETCD_ENDPOINTS:-http://127.0.0.1:2379}"; fi
+    if [[ "$REQUEST_PLANE" == nats ]]; then export NATS_SERVER="${NATS_SERVER:-nats://127.0.0.1:4222}"; fi
+    # The frontend's response-stream server (workers' answers come back to it) on --host too;
+    # the workers do the same themselves.
+    if [[ "$HOST" != 0.0.0.0 && "$HOST" != "::" ]]; then
+        export DYN_TCP_RESPONSE_STREAM_HOST="${DYN_TCP_RESPONSE_STREAM_HOST:-$HOST}"
+    fi
 }
 
 # sglang_cpu_env: WORKER_ENV for SGLang's own CPU path: SGLang's switch and, where SGLang's CPU
@@ -145,6 +172,11 @@ engine_defaults() {
 run_stack() {
     local what="$1" name; shift
     if ((DRY_RUN)); then
+        discovery_env
+        local env=("DYN_DISCOVERY_BACKEND=$DISCOVERY" "DYN_REQUEST_PLANE=$REQUEST_PLANE")
+        [[ "$DISCOVERY" == etcd ]] && env+=("ETCD_ENDPOINTS=$ETCD_ENDPOINTS")
+        [[ "$REQUEST_PLANE" == nats ]] && env+=("NATS_SERVER=$NATS_SERVER")
+        { printf 'env:'; printf ' %q' "${env[@]}"; echo; } >&2  # stdout: the commands alone
         for name in "$@"; do
             local -n cmd="${name^^}_CMD"
             printf '%s:' "$name"; printf ' %q' "${cmd[@]}"; echo
@@ -155,7 +187,8 @@ run_stack() {
     trap cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    use_file_discovery
+    discovery_env
+    if [[ "$DISCOVERY" == file ]]; then use_file_discovery; fi
     for name in "$@"; do
         local -n cmd="${name^^}_CMD"
         start "$name" "${cmd[@]}"

@@ -97,3 +97,32 @@ def test_scripts_explain_themselves():
         bad = subprocess.run([str(LAUNCH / script), "--no-such-flag"], capture_output=True,
                              text=True, timeout=30)
         assert bad.returncode == 2 and "unknown option --no-such-flag" in bad.stderr
+
+
+@pytest.mark.parametrize("script", ["agg.sh", "disagg.sh"])
+def test_discovery_flags_reach_every_process(script):
+    flags = ("--cpu", "--discovery-backend", "etcd", "--request-plane", "nats",
+             "--etcd-endpoints", "http://10.0.0.5:2379", "--nats-server", "nats://10.0.0.5:4222")
+    lines = dry_run(script, *flags)
+    assert set(dry_run_env(script, *flags)) == {"DYN_DISCOVERY_BACKEND=etcd", "DYN_REQUEST_PLANE=nats",
+                                     "ETCD_ENDPOINTS=http://10.0.0.5:2379",
+                                     "NATS_SERVER=nats://10.0.0.5:4222"}
+    for role, argv in lines.items():
+        at = argv.index("--discovery-backend")
+        assert argv[at:at + 4] == ["--discovery-backend", "etcd", "--request-plane", "nats"], role
+    for argv in (worker_args(a) for r, a in lines.items() if r != "frontend"):
+        config = parse_args(argv)
+        assert (config.dynamo.discovery_backend, config.dynamo.request_plane) == ("etcd", "nats")
+
+
+def test_file_discovery_stays_the_default():
+    assert dry_run_env("disagg.sh", "--cpu") == ["DYN_DISCOVERY_BACKEND=file", "DYN_REQUEST_PLANE=tcp"]
+    assert "file" in dry_run("disagg.sh", "--cpu")["frontend"]
+
+
+def dry_run_env(script: str, *flags: str) -> list[str]:
+    """The discovery environment --dry-run reports on stderr (`env: VAR=value ...`)."""
+    err = subprocess.run([str(LAUNCH / script), "--dry-run", *flags], check=True,
+                         capture_output=True, text=True, timeout=30).stderr
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("env:")]
+    return shlex.split(line[len("env:"):])

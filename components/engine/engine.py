@@ -115,6 +115,17 @@ class CpuEngine(SyncGenerateMixin):
         """KV pool pages held by live requests (tests assert it returns to 0)."""
         return self._loop.pages_in_use()
 
+    def kv_pages_total(self) -> int:
+        return self._info.num_pages
+
+    def queue_depth(self) -> int:
+        """Requests waiting for the scheduler to admit them."""
+        return self._loop.queue_depth()
+
+    def kv_transfer_totals(self) -> Any:
+        """Prefill engines: completed KV WRITEs (count, bytes, seconds); otherwise None."""
+        return self._loop.kv_transfer_totals()
+
     def kv_pages_cached(self) -> int:
         """KV pool pages the prefix cache keeps for repeated prefixes (evicted on demand)."""
         return self._loop.cached_pages()

@@ -24,6 +24,7 @@ from transformers import AutoTokenizer
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.disagg import DisaggCoordinator
 from components.engine.kv_pool import KVPool
+from components.engine.kv_transport.prefill_writes import TransferTotals
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.model_facts import context_length, eos_token_ids, read_model_shape
 from components.engine.model_runner import TORCH_DTYPES, ModelRunner
@@ -103,6 +104,15 @@ class EngineLoop:
         if pool is None or sched is None:
             return 0
         return pool.pages_in_use - (sched.cache.pages if sched.cache is not None else 0)
+
+    def queue_depth(self) -> int:
+        """Requests waiting for admission (a deque's len is safe from another thread)."""
+        return len(self._sched.waiting) if self._sched is not None else 0
+
+    def kv_transfer_totals(self) -> TransferTotals | None:
+        """Prefill mode: the transport's completed-WRITE totals; otherwise None."""
+        disagg = self._sched.disagg if self._sched is not None else None
+        return disagg.transport.transfer_totals if disagg is not None else None
 
     def cached_pages(self) -> int:
         sched = self._sched

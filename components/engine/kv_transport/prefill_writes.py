@@ -21,7 +21,7 @@ from components.engine.kv_transport.events import (
 )
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peers import Throttle, Tombstones
-from components.engine.kv_transport.runs import Run, pair_runs
+from components.engine.kv_transport.runs import Run, pair_runs, total_bytes
 from protocol.kv_side_channel import Abort, AbortAck, Holding, KVNotif, encode
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,18 @@ class PrefillRoom:
     abort_message: str | None = None
     ack_to: bytes | None = None  # connection that aborted the room and waits for AbortAck
     holding_since: float | None = None  # the WRITE timed out and NIXL would not release it
+    nbytes: int = 0  # what the WRITE moves
+
+
+@dataclass
+class TransferTotals:
+    """Completed WRITEs since start: count, bytes and seconds (post to DONE), for the worker's
+    metrics. Written on the engine thread only; other threads read whole ints and floats."""
+
+    writes: int = 0
+    nbytes: int = 0
+    seconds: float = 0.0
+    last_seconds: float = 0.0
 
 
 class PrefillWrites:
@@ -69,6 +81,7 @@ class PrefillWrites:
         self._rooms: dict[int, PrefillRoom] = {}
         self._tombstones = Tombstones(self._horizon, throttle)
         self._zombies: list[object] = []  # settled handles NIXL refused to release; retried
+        self.totals = TransferTotals()
 
     @property
     def busy(self) -> bool:
@@ -97,6 +110,7 @@ class PrefillWrites:
             self._finish_failed(r, f"KV transfer to decode failed: {exc}", tell_decode=True)
             return
         r.started = time.monotonic()
+        r.nbytes = total_bytes(src)
         logger.debug("room %s: WRITE of %d runs posted (%s)", r.room, len(src), state)
         self._settle(r, state)
 
@@ -143,10 +157,18 @@ class PrefillWrites:
             self._finish_failed(r, r.abort_message, tell_decode=r.ack_to is None)
         elif state == "DONE":
             del self._rooms[r.room]
+            self._count_done(r)
             logger.debug("room %s (rid %s): KV WRITE done", r.room, r.rid)
             self._emit(TransferDone(r.room))
         else:
             self._finish_failed(r, "KV transfer to decode failed (NIXL error)", tell_decode=True)
+
+    def _count_done(self, r: PrefillRoom) -> None:
+        t = self.totals
+        t.last_seconds = time.monotonic() - r.started
+        t.writes += 1
+        t.nbytes += r.nbytes
+        t.seconds += t.last_seconds
 
     def _finish_failed(self, r: PrefillRoom, message: str, tell_decode: bool) -> None:
         """End a room with no WRITE in flight: tell decode, remember it, report it."""

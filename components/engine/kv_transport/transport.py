@@ -65,6 +65,7 @@ from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peering import Peering
 from components.engine.kv_transport.peers import Throttle
 from components.engine.kv_transport.prefill_side import PrefillSide
+from components.engine.kv_transport.prefill_writes import TransferTotals
 from components.engine.kv_transport.runs import Run
 from protocol.kv_side_channel import Hello
 
@@ -135,6 +136,12 @@ class KVTransport:
     def counters(self) -> dict[str, int]:
         """Prefill: sizes of the tables peers can grow (all capped); decode: empty."""
         return dict(getattr(self._side, "counters", {}))
+
+    @property
+    def transfer_totals(self) -> TransferTotals | None:
+        """Prefill: completed WRITEs (count, bytes, seconds; ``prefill_writes.TransferTotals``);
+        decode: None."""
+        return getattr(self._side, "totals", None)
 
     @property
     def busy(self) -> bool:

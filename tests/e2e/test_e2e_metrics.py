@@ -1,0 +1,92 @@
+"""The workers' Prometheus metrics (`components/metrics.py`) on the real standard topology,
+scraped from each worker's system port (`/metrics` on DYN_SYSTEM_PORT) before, during and after
+a burst of disaggregated requests: the counts match what was sent, the KV pages in use rise
+during the load and come back to 0 (free = total) after, and the prefill counts one KV WRITE
+per request."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness.topology import HOST, Proc, wait_until
+from tests.e2e.client import post, user
+from tests.topologies import CONTEXT_LENGTH, DISAGG
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+P = "dynamo_component_engine_"
+BURST = 6
+MAX_TOKENS = 200
+
+
+def scrape(proc: Proc) -> dict[tuple[str, str], float]:
+    """{(sample name, outcome label or ""): value}, summed over the other labels."""
+    text = httpx.get(f"http://{HOST}:{proc.system_port}/metrics", timeout=5).text
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, s.labels.get("outcome", ""))] += s.value
+    return out
+
+
+def delta(after: dict, before: dict, name: str, outcome: str = "") -> float:
+    return after[(name, outcome)] - before[(name, outcome)]
+
+
+def send_burst(url: str) -> list[int]:
+    body = {"model": DISAGG, "messages": user("a long answer please"), "max_tokens": MAX_TOKENS,
+            "ignore_eos": True}
+
+    async def run() -> list[int]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            rs = await asyncio.wait_for(asyncio.gather(
+                *(client.post(f"{url}/v1/chat/completions", json=body) for _ in range(BURST))), 180)
+        return [r.status_code for r in rs]
+
+    return asyncio.run(run())
+
+
+def test_metrics_follow_a_burst_of_requests(tokens_stack, http):
+    decode, prefill = tokens_stack.procs["decode"], tokens_stack.procs["prefill"]
+    d0, p0 = scrape(decode), scrape(prefill)
+    statuses: list[int] = []
+    burst = threading.Thread(target=lambda: statuses.extend(send_burst(tokens_stack.url)))
+    burst.start()
+    peak = 0.0
+    while burst.is_alive():  # the thread's own wait is bounded (asyncio.wait_for)
+        peak = max(peak, scrape(decode)[(P + "kv_pages_in_use", "")])
+        burst.join(0.05)
+    assert statuses == [200] * BURST
+    # Over the context: only the decode worker can tell, and answers 400.
+    r = post(http, tokens_stack.url, "completions",
+             {"model": DISAGG, "max_tokens": 4, "prompt": [7] * (CONTEXT_LENGTH + 10)})
+    assert r.status_code == 400, r.text
+
+    def settled() -> bool:
+        return all(scrape(p)[(P + "kv_pages_in_use", "")] == 0 for p in (decode, prefill))
+
+    wait_until(settled, 15, "KV pages in use back to 0")
+    d1, p1 = scrape(decode), scrape(prefill)
+
+    assert peak > 0
+    assert delta(d1, d0, P + "requests_total", "success") == BURST
+    assert delta(d1, d0, P + "requests_total", "invalid") == 1
+    outcomes = sum(delta(d1, d0, P + "requests_total", o) for o in
+                   ("success", "invalid", "cancelled", "unavailable", "error"))
+    # Dynamo's own per-endpoint request counter agrees with ours.
+    assert delta(d1, d0, "dynamo_component_requests_total") == outcomes == BURST + 1
+    assert delta(d1, d0, P + "time_to_first_token_seconds_count") == BURST
+    assert BURST <= delta(d1, d0, P + "inter_token_latency_seconds_count") <= BURST * MAX_TOKENS
+    assert delta(p1, p0, P + "requests_total", "success") == BURST
+    assert delta(p1, p0, P + "kv_transfers_total") == BURST
+    assert delta(p1, p0, P + "kv_transfer_bytes_total") > 0
+    assert delta(p1, p0, P + "kv_transfer_seconds_total") > 0
+    for after in (d1, p1):
+        assert after[(P + "kv_pages_free", "")] == after[(P + "kv_pages_total", "")] > 0
+        assert after[(P + "queue_depth", "")] == 0
