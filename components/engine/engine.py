@@ -21,6 +21,7 @@ from components.engine.config import EngineConfig
 from components.engine.engine_loop import EngineLoop
 from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
+from components.engine.grammar import GrammarBackend, grammar_of
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
@@ -60,6 +61,10 @@ class CpuEngine(SyncGenerateMixin):
         self._lock = threading.Lock()
         self._live_rids: set[str] = set()
         self._closed = False
+        self._grammars = GrammarBackend(
+            cfg.model_path, self._info.vocab_size, self._info.eos_token_ids,
+            any_whitespace=not cfg.constrained_json_disable_any_whitespace,
+            max_whitespace_cnt=cfg.constrained_json_max_whitespace_cnt)
         self.tokenizer_manager = CpuTokenizerManager(tokenizer, self.server_args, self._loop)
 
     # ---- registration facts -------------------------------------------------------------------
@@ -165,9 +170,12 @@ class CpuEngine(SyncGenerateMixin):
                                   bootstrap_host, bootstrap_port, bootstrap_room)
         loop = asyncio.get_running_loop()
 
-        def start() -> asyncio.Queue:
+        async def start() -> asyncio.Queue:
             if seq.reject is not None:
                 raise ValueError(seq.reject)
+            grammar = grammar_of(seq.params)
+            if grammar is not None:
+                seq.grammar = await self._grammars.request_grammar(*grammar)
             queue: asyncio.Queue = asyncio.Queue()
             seq.sink = self._sink_for(loop, queue, rid)
             self._submit(seq)
@@ -224,6 +232,7 @@ class CpuEngine(SyncGenerateMixin):
             if self._closed:
                 return
             self._closed = True
+        self._grammars.shutdown()
         self._loop.stop(SHUTDOWN_JOIN_S)
 
     def __enter__(self) -> "CpuEngine":

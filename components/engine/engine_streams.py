@@ -11,18 +11,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 Chunk = dict[str, Any]
 # Starts the request on the engine thread; -> the queue its chunks arrive on. Raises ValueError
-# when it is refused before reaching the engine (duplicate rid, invalid parameters).
-Start = Callable[[], asyncio.Queue]
+# when it is refused before reaching the engine (duplicate rid, invalid parameters, a grammar
+# that does not compile).
+Start = Callable[[], Awaitable[asyncio.Queue]]
 Abort = Callable[[], None]
 
 
 async def stream_chunks(start: Start, abort: Abort) -> AsyncIterator[Chunk]:
-    queue = start()
+    queue = await start()
     finished = False
     first = True
     try:
@@ -39,7 +40,7 @@ async def stream_chunks(start: Start, abort: Abort) -> AsyncIterator[Chunk]:
 
 
 async def final_chunk(start: Start, abort: Abort) -> Chunk:
-    queue = start()
+    queue = await start()
     try:
         while True:
             chunk = await queue.get()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from components.engine.grammar import RequestGrammar
 from components.engine.kv_pool import PageRun
 from components.engine.sampling import SamplingState
 from components.engine.sampling_params import SamplingParams
@@ -56,6 +57,7 @@ class Sequence:
     sampling: SamplingState | None = None
     detok: IncrementalDetokenizer | None = None
     stops: StopStringMatcher | None = None
+    grammar: RequestGrammar | None = None  # structured output: compiled before submission
     finish_reason: dict[str, Any] | None = None
     # Streaming bookkeeping: what the caller has already received.
     num_sent_ids: int = 0
