@@ -60,3 +60,10 @@ def assert_valid(text: str, schema: dict[str, Any]) -> Any:
         raise AssertionError(f"not JSON ({exc}): {text!r}") from None
     jsonschema.validate(value, schema)
     return value
+
+
+def structured_body(schema: dict[str, Any], model: str = "tiny-sglang", **extra) -> dict:
+    """A greedy chat request constrained by `schema` through `response_format`."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    return {"model": model, "messages": [{"role": "user", "content": "Reply in JSON."}],
+            "max_tokens": 200, "temperature": 0.0, "response_format": fmt, **extra}

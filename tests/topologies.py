@@ -63,8 +63,9 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
 
 
 # SGLang on CPU: an explicitly sized pool; its default page size (the resolved one is registered).
+# Bounded JSON whitespace lets the random model's constrained output end (structured output tests).
 SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "8192",
-                      "--max-running-requests", "32")
+                      "--max-running-requests", "32", "--constrained-json-max-whitespace-cnt", "1")
 
 
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
 COMPILE_TIMEOUT_S = 10.0
 CACHE_ENTRIES = 256
+_SGLANG_KEYS = {"json_schema": "json"}
 # xgrammar prefixes its errors with "[time] /path/file.cc:line: "; the client needs the rest.
 _XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: (Check failed: .*? is false: )?")
 
@@ -61,7 +62,9 @@ class GrammarBackend:
             raise ValueError(f"Grammar compilation of {kind} did not finish within "
                              f"{self._timeout:.0f} s") from None
         except (RuntimeError, ValueError, TypeError) as exc:
-            raise ValueError(f"Failed to compile {kind} grammar: {_message(exc)}") from None
+            # SGLang's message, with its key name ("json" for json_schema)
+            raise ValueError(f"Failed to compile {_SGLANG_KEYS.get(kind, kind)} grammar: "
+                             f"{_message(exc)}") from None
         return RequestGrammar(xgr.GrammarMatcher(compiled))
 
     def _compiled(self, kind: str, text: str) -> Future:

@@ -96,7 +96,7 @@ def test_uncompilable_constraint_is_a_400_naming_it(stacks, http, mode, model):
     stack = stacks[mode]
     bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": BAD_SCHEMA}}
     cases = [({"response_format": bad_schema},
-              'Failed to compile json_schema grammar: Unsupported type "nonsense"'),
+              'Failed to compile json grammar: Unsupported type "nonsense"'),
              ({"guided_regex": "[a-"}, "Failed to compile regex grammar: Regex parsing error")]
     for extra, needle in cases:
         r = post(http, stack.url, "chat/completions",
