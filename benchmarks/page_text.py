@@ -133,6 +133,16 @@ greedy, `ignore_eos`), both given the whole batch at once; wall time from submis
 token, prefill included. The arms alternate within each repetition after one warm-up each.
 """
 
+CONSTRAINED = """\
+`python -m benchmarks.bench_constrained`: what structured output costs the CPU engine. A batch
+of 16 rows (128-token prompts, 64 new tokens each, sampled) decodes once with every row under a
+JSON schema (an array of at least 32 records, so no grammar ends inside the measurement) and
+once without, arms alternated within each repetition after one warm-up. Steady-state decode
+tok/s as in `bench_engine`; plus the wait of a request whose schema nobody compiled before. The
+`small` model's vocabulary is 2,048 tokens: a 128k vocabulary makes each row's bitmask fill
+longer (xgrammar's per-token cost grows with the tokens its cache cannot precompute).
+"""
+
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
@@ -142,6 +152,7 @@ SECTIONS = [
     ("disagg_ttft", "TTFT: aggregated vs disaggregated, split", TTFT),
     ("bench_engine", "CPU engine throughput", ENGINE),
     ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
+    ("bench_constrained", "Structured output: decode under a JSON schema", CONSTRAINED),
 ]
 
 FOOTER = """\

@@ -34,6 +34,7 @@ if [[ $QUICK == 1 ]]; then
     TTFT_ARGS=(--runs 1 --lengths 128,1024)
     ENGINE_ARGS=(--runs 1)
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
+    CONSTRAINED_ARGS=(--runs 1)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
 else
@@ -43,6 +44,7 @@ else
     TTFT_ARGS=(--runs 3)
     ENGINE_ARGS=(--runs 3)
     VS_HF_ARGS=(--runs 3)
+    CONSTRAINED_ARGS=(--runs 5)
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
@@ -71,6 +73,7 @@ run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
+run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
 echo
