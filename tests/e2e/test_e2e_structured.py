@@ -105,8 +105,10 @@ def test_uncompilable_constraint_is_a_400_naming_it(stacks, http, mode, model):
     assert all(stack.procs[p].kv_pages_in_use() == 0 for p in ("prefill", "decode", "agg"))
 
 
-def test_frontend_refuses_top_level_regex(stacks, http):
+@pytest.mark.parametrize("mode", MODES)
+def test_frontend_refuses_top_level_regex(stacks, http, mode):
     # Dynamo 1.6.1's frontend decides this one (SGLang's own server accepts `regex`).
-    r = post(http, stacks["tokens"].url, "chat/completions",
+    r = post(http, stacks[mode].url, "chat/completions",
              {"model": DISAGG, "messages": user("x"), "regex": "a+"})
-    assert r.status_code == 400 and "regex" in error_message(r)
+    assert r.status_code == 400, r.text
+    assert "Unsupported parameter(s): `regex`" in error_message(r)
