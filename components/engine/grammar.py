@@ -59,6 +59,7 @@ class GrammarBackend:
         try:
             compiled = await asyncio.wait_for(asyncio.shield(future), self._timeout)
         except asyncio.TimeoutError:
+            future.add_done_callback(_retrieve)  # the compile goes on; nobody awaits it now
             raise ValueError(f"Grammar compilation of {kind} did not finish within "
                              f"{self._timeout:.0f} s") from None
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -146,6 +147,11 @@ def grammar_of(params: Any) -> tuple[str, str] | None:
         if text is not None:
             return kind, text
     return None
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # marks a late failure as seen, so asyncio does not log it
 
 
 def _message(exc: BaseException) -> str:
