@@ -35,6 +35,7 @@ if [[ $QUICK == 1 ]]; then
     ENGINE_ARGS=(--runs 1)
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
     TW_ARGS=(--runs 1 --tokens 16384)
+    CONSTRAINED_ARGS=(--runs 1)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
@@ -46,6 +47,7 @@ else
     ENGINE_ARGS=(--runs 3)
     VS_HF_ARGS=(--runs 3)
     TW_ARGS=(--runs 3)
+    CONSTRAINED_ARGS=(--runs 5)
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
@@ -77,6 +79,7 @@ run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 run bench_choices bench_choices "${CHOICES_ARGS[@]}"
 run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"
+run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
 echo

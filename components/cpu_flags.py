@@ -34,6 +34,7 @@ _OPTIONAL = {
     "tokenizer_worker_num": "tokenizer_worker_num",
     "max_prefill_tokens": "max_prefill_tokens",
     "chunked_prefill_size": "chunked_prefill_size",
+    "constrained_json_max_whitespace_cnt": "constrained_json_max_whitespace_cnt",
     "cpu_num_threads": "num_threads",
     "cpu_bootstrap_timeout": "bootstrap_timeout",
     "cpu_transfer_timeout": "transfer_timeout",
@@ -75,6 +76,11 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help="run prefill chunks and the running rows' decode in one forward")
     g.add_argument("--disable-radix-cache", action="store_true",
                    help="do not keep finished requests' KV to serve repeated prefixes")
+    g.add_argument("--constrained-json-disable-any-whitespace", action="store_true",
+                   help="structured output: compact JSON, no whitespace between tokens")
+    g.add_argument("--constrained-json-max-whitespace-cnt", type=int, default=None,
+                   help="structured output: at most this many whitespace characters in a row "
+                        "in JSON (default: any number)")
     g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
                    default=1, help="the CPU engine runs one rank: only 1")
     g.add_argument("--trust-remote-code", action="store_true",
@@ -108,7 +114,8 @@ def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     }
     if _DTYPES[ns.dtype] is not None:
         kwargs["dtype"] = _DTYPES[ns.dtype]
-    for flag in ("enable_mixed_chunk", "disable_radix_cache"):
+    for flag in ("enable_mixed_chunk", "disable_radix_cache",
+                 "constrained_json_disable_any_whitespace"):
         if getattr(ns, flag):
             kwargs[flag] = True
     for attr, field in _OPTIONAL.items():

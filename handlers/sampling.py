@@ -9,6 +9,7 @@ max_new_tokens > context_len the same way).
 from typing import Any, Optional
 
 from handlers.errors import RequestError
+from handlers.guided import guided_decoding_params, text_guided_params
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest, SamplingOptions
 
@@ -78,6 +79,7 @@ def tokens_sampling_params(
         "stop_token_ids": stop_ids or None,
         "stop": None if skip_tokenizer_init else (stop.stop or None),
         "no_stop_trim": opts.include_stop_str_in_output,
+        **guided_decoding_params(opts.guided_decoding),
     }
     return _drop_none(params)
 
@@ -94,5 +96,6 @@ def text_sampling_params(
         "stop": req.stop or None,
         "stop_token_ids": sorted(set(req.stop_token_ids)) if req.stop_token_ids else None,
         "skip_special_tokens": req.skip_special_tokens,
+        **text_guided_params(req.model_extra or {}),
     }
     return _drop_none(params)

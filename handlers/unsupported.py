@@ -1,12 +1,12 @@
 """Fields this worker does not implement: a request that sets one gets a 400 naming it, rather
 than a 200 that silently ignored it (a client asking for JSON must not get prose).
 
-Only a field present with a non-default value is refused (`logprobs: false`, `tools: []`,
-`response_format: {"type": "text"}` are fine). In Tokens mode the 1.6.1 frontend turns
-`response_format` and `tool_choice: "required"`/named into `sampling_options.guided_decoding`,
-`logprobs`/`top_logprobs` into `output_options.logprobs`, and image/audio/video content parts
-into `multi_modal_data`; it drops `logit_bias` and handles `tools` itself, so those never reach
-a Tokens-mode worker.
+Only a field present with a non-default value is refused (`logprobs: false`, `tools: []` are
+fine). In Tokens mode the 1.6.1 frontend turns `logprobs`/`top_logprobs` into
+`output_options.logprobs` and image/audio/video content parts into `multi_modal_data`; it drops
+`logit_bias` and handles `tools` itself, so those never reach a Tokens-mode worker. Structured
+output (`response_format`, `guided_*`, `sampling_options.guided_decoding`) is implemented:
+`handlers/guided.py`.
 """
 
 from typing import Any, Callable, Optional
@@ -24,10 +24,6 @@ def _not(default: Any) -> Callable[[Any], bool]:
     return lambda value: value is not None and value != default
 
 
-def _response_format(value: Any) -> bool:
-    return value is not None and not (isinstance(value, dict) and value.get("type") == "text")
-
-
 def _tool_choice(value: Any) -> bool:
     return value is not None and value != "none"
 
@@ -42,11 +38,6 @@ _TEXT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tool_choice": (_tool_choice, "tool calling"),
     "functions": (_set, "tool calling"),
     "function_call": (_tool_choice, "tool calling"),
-    "response_format": (_response_format, "structured output"),
-    "guided_json": (_set, "structured output"),
-    "guided_regex": (_set, "structured output"),
-    "guided_choice": (_set, "structured output"),
-    "guided_grammar": (_set, "structured output"),
     "structured_outputs": (_set, "structured output"),
     "logprobs": (_set, "logprobs"),
     "top_logprobs": (_set, "logprobs"),
@@ -84,8 +75,6 @@ def _first_set(pairs: list[tuple[str, Any, str]]) -> Optional[tuple[str, str]]:
 def check_tokens_request(req: PreprocessedRequest) -> None:
     opts, out = req.sampling_options, req.output_options
     hit = _first_set([
-        ("sampling_options.guided_decoding (from response_format or tool_choice)",
-         _set(opts.guided_decoding), "structured output"),
         ("output_options.logprobs (from logprobs/top_logprobs)", out.logprobs is not None,
          "logprobs"),
         ("output_options.prompt_logprobs", out.prompt_logprobs is not None, "logprobs"),

@@ -17,11 +17,15 @@ from typing import Any
 
 PROMPT_IDS = [5, 6, 7, 8, 9, 10, 11]
 GREEDY = {"temperature": 0.0, "max_new_tokens": 6, "ignore_eos": True}
+PERSON_SCHEMA = json.dumps({
+    "type": "object", "additionalProperties": False, "required": ["name", "age"],
+    "properties": {"name": {"type": "string", "maxLength": 8},
+                   "age": {"type": "integer", "minimum": 0, "maximum": 99}}})
 
 
 def start_engine(kind: str, model: str, skip_tokenizer_init: bool) -> Any:
     args = dict(model_path=model, skip_tokenizer_init=skip_tokenizer_init, context_length=2048,
-                max_total_tokens=8192)
+                max_total_tokens=8192, constrained_json_max_whitespace_cnt=1)
     if kind == "cpu":
         from components.engine.engine import CpuEngine
 
@@ -77,6 +81,11 @@ async def scenarios(engine: Any, skip_tokenizer_init: bool) -> dict[str, Any]:
     out["whole"] = {**shape([whole]), "raised": None}
     if not skip_tokenizer_init:
         out["text_in"] = await collect(engine, sampling_params=GREEDY, prompt="hello there")
+        # Structured output (SGLang builds no grammar backend with skip_tokenizer_init).
+        json_greedy = {"temperature": 0.0, "max_new_tokens": 200, "json_schema": PERSON_SCHEMA}
+        out["json_greedy"] = await collect(engine, sampling_params=json_greedy, **ids)
+        out["bad_schema"] = await collect(engine, sampling_params={
+            **GREEDY, "json_schema": '{"type": "nonsense"}'}, **ids)
     out["bad_top_k"] = await collect(engine, sampling_params={**GREEDY, "temperature": 0.7,
                                                               "top_k": 0}, **ids)
     out["too_long"] = await collect(engine, sampling_params=GREEDY, input_ids=[5] * 2100)

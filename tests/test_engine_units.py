@@ -102,7 +102,7 @@ def test_sampling_params_defaults_and_greedy():
     ({"min_new_tokens": 5, "max_new_tokens": 2}, "min_new_tokens"),
     ({"n": 0}, "n must be at least 1"),
     ({"stop_token_ids": [100]}, "stop_token_ids"),
-    ({"regex": "a+"}, "regex"),
+    ({"regex": 5}, "regex"),
     ({"bogus": 1}, "bogus"),
     ({"temperature": "hot"}, "temperature"),
 ])

@@ -30,24 +30,27 @@ def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
-def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
-    stack.start_worker(name, "decode", DISAGG, *ENGINE_ARGS,
+def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool,
+                 extra: tuple[str, ...] = ()) -> None:
+    stack.start_worker(name, "decode", DISAGG, *ENGINE_ARGS, *extra,
                        "--prefill-wait-timeout", str(PREFILL_WAIT_S),
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
 def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                   with_agg: bool = True, prefill_args: tuple[str, ...] = ()) -> Stack:
+                   with_agg: bool = True, prefill_args: tuple[str, ...] = (),
+                   worker_args: tuple[str, ...] = ()) -> Stack:
     """The standard topology, ready; on failure its logs are printed and it is stopped.
-    `prefill_args` are appended to the first prefill worker's flags (later ones win)."""
+    `worker_args` are appended to every worker's flags, then `prefill_args` to the first
+    prefill worker's (later ones win)."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
-        start_prefill(stack, "prefill", skip_tokenizer_init, prefill_args)
-        start_decode(stack, "decode", skip_tokenizer_init)
+        start_prefill(stack, "prefill", skip_tokenizer_init, (*worker_args, *prefill_args))
+        start_decode(stack, "decode", skip_tokenizer_init, worker_args)
         served = [DISAGG]
         if with_agg:
-            stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
+            stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, *worker_args,
                                "--endpoint", "dyn://dynamo.agg.generate",
                                skip_tokenizer_init=skip_tokenizer_init)
             served.append(AGG)
@@ -60,8 +63,9 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
 
 
 # SGLang on CPU: an explicitly sized pool; its default page size (the resolved one is registered).
+# Bounded JSON whitespace lets the random model's constrained output end (structured output tests).
 SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "8192",
-                      "--max-running-requests", "32")
+                      "--max-running-requests", "32", "--constrained-json-max-whitespace-cnt", "1")
 
 
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,

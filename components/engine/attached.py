@@ -122,7 +122,7 @@ class AttachedCpuEngine(SyncGenerateMixin):
         # A stream ends when every choice has finished; without streaming one message comes.
         expected = int((sampling_params or {}).get("n", 1) or 1) if stream else 1
 
-        def start() -> asyncio.Queue:
+        async def start() -> asyncio.Queue:
             if self._gone:
                 raise RuntimeError(ENGINE_GONE)
             if rid in self._queues:
@@ -137,7 +137,7 @@ class AttachedCpuEngine(SyncGenerateMixin):
 
         if stream:
             return stream_chunks(start, abort, expected)
-        queue = start()
+        queue = await start()
         try:
             result = await queue.get()
         except asyncio.CancelledError:  # the request must not keep running (and holding KV)

@@ -66,6 +66,10 @@ class EngineConfig:
     # SGLang's --tokenizer-worker-num: with N > 1, N - 1 other processes may attach to this
     # engine (CpuEngine.attach_tokenizer_worker) and send it tokenized requests.
     tokenizer_worker_num: int = 1
+    # Structured output (SGLang's names): JSON without free whitespace between tokens, or at
+    # most this many whitespace characters in a row (None: any number, SGLang's default).
+    constrained_json_disable_any_whitespace: bool = False
+    constrained_json_max_whitespace_cnt: int | None = None
     log_level: str | None = None  # accepted for SGLang compatibility; the embedding process
     #                               configures logging
 
@@ -104,7 +108,11 @@ class EngineConfig:
             object.__setattr__(self, "chunked_prefill_size", None)
         if self.chunked_prefill_size is not None:
             _require_int_range("chunked_prefill_size", self.chunked_prefill_size, 1, 1 << 31)
-        for name in ("enable_mixed_chunk", "disable_radix_cache"):
+        if self.constrained_json_max_whitespace_cnt is not None:
+            _require_int_range("constrained_json_max_whitespace_cnt",
+                               self.constrained_json_max_whitespace_cnt, 0, 1 << 20)
+        for name in ("enable_mixed_chunk", "disable_radix_cache",
+                     "constrained_json_disable_any_whitespace"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
         if self.context_length is not None:

@@ -25,6 +25,7 @@ from components.engine.engine_service import EngineService
 from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.forks import make_choices
+from components.engine.grammar import GrammarBackend, grammar_of
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
@@ -64,6 +65,10 @@ class CpuEngine(SyncGenerateMixin):
         self._lock = threading.Lock()
         self._live_rids: set[str] = set()
         self._closed = False
+        self._grammars = GrammarBackend(
+            cfg.model_path, self._info.vocab_size, self._info.eos_token_ids,
+            any_whitespace=not cfg.constrained_json_disable_any_whitespace,
+            max_whitespace_cnt=cfg.constrained_json_max_whitespace_cnt)
         self.tokenizer_manager = CpuTokenizerManager(tokenizer, self.server_args, self._loop)
         self._service: EngineService | None = None
         if cfg.tokenizer_worker_num > 1:
@@ -193,9 +198,13 @@ class CpuEngine(SyncGenerateMixin):
         group = make_choices(seq, n) if n > 1 else [seq]
         loop = asyncio.get_running_loop()
 
-        def start() -> asyncio.Queue:
+        async def start() -> asyncio.Queue:
             if seq.reject is not None:
                 raise ValueError(seq.reject)
+            grammar = grammar_of(seq.params)
+            if grammar is not None:  # compiled once (cached); a matcher for every choice
+                for row in group:
+                    row.grammar = await self._grammars.request_grammar(*grammar)
             queue: asyncio.Queue = asyncio.Queue()
             for row in group:
                 row.sink = self._sink_for(loop, queue, row.rid, row.index)
@@ -264,6 +273,7 @@ class CpuEngine(SyncGenerateMixin):
             self._closed = True
         if self._service is not None:
             self._service.stop()
+        self._grammars.shutdown()
         self._loop.stop(SHUTDOWN_JOIN_S)
 
     def __enter__(self) -> "CpuEngine":

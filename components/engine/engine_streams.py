@@ -13,20 +13,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from components.engine.forks import strip_index
 
 Chunk = dict[str, Any]
 # Starts the request on the engine thread; -> the queue its chunks arrive on. Raises ValueError
-# when it is refused before reaching the engine (duplicate rid, invalid parameters).
-Start = Callable[[], asyncio.Queue]
+# when it is refused before reaching the engine (duplicate rid, invalid parameters, a grammar
+# that does not compile).
+Start = Callable[[], Awaitable[asyncio.Queue]]
 Abort = Callable[[], None]
 
 
 async def stream_chunks(start: Start, abort: Abort, choices: int = 1) -> AsyncIterator[Chunk]:
-    queue = start()
+    queue = await start()
     finished = 0
     first = True
     try:
@@ -44,7 +45,7 @@ async def stream_chunks(start: Start, abort: Abort, choices: int = 1) -> AsyncIt
 
 
 async def final_chunk(start: Start, abort: Abort, choices: int = 1) -> Chunk | list[Chunk]:
-    queue = start()
+    queue = await start()
     finals: list[Chunk] = []
     try:
         while True:

@@ -17,6 +17,7 @@ import torch
 from components.engine.batch import Batch
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from components.engine.forks import choice_seed, expand
+from components.engine.grammar import BitmaskApplier, RequestGrammar
 from components.engine.sampling import SamplingFailed, SamplingState, make_generator, sample
 from components.engine.sequence import Sequence
 
@@ -51,6 +52,7 @@ class OutputProcessor:
         self._seeds = random.Random(random_seed)
         # Prefill mode: the first token leaves with the KV, not from the forward that made it.
         self._defer_first_token = defer_first_token
+        self._masks = BitmaskApplier(vocab_size)
 
     def init_request(self, seq: Sequence) -> None:
         """Sampler state (own seeded RNG) and, with a tokenizer, detokenizer and stop matcher."""
@@ -69,6 +71,7 @@ class OutputProcessor:
         """Sample each row's next token, append it, stream what is due. -> per sampled row
         ``(seq, token, finish reason or None)``; the scheduler applies the finishes."""
         rows, logits = expand(batch.sampled, logits)  # n > 1: the choices forking off now
+        self._masks.apply(logits, [s.grammar for s in rows])
         out = []
         for seq, token in zip(rows, sample(logits, [s.sampling for s in rows])):
             if isinstance(token, SamplingFailed):  # this request alone; its parameters did it
@@ -93,6 +96,8 @@ class OutputProcessor:
             seq.unsent_text += emit
             if matched is not None:
                 reason = finish_stop_str(matched)
+        if seq.grammar is not None and reason is None:
+            reason = _grammar_finish(seq.grammar, token)
         if reason is None and len(seq.output_ids) >= seq.max_new_tokens:
             reason = finish_length(seq.max_new_tokens)
         if reason is None:
@@ -157,6 +162,13 @@ def build_chunk(seq: Sequence, with_text: bool, output_ids: list[int], text: str
     if with_text:
         chunk["text"] = text
     return chunk
+
+
+def _grammar_finish(grammar: RequestGrammar, token: int) -> FinishReason | None:
+    """Advance the matcher; a finished grammar ends the request as SGLang's does."""
+    if not grammar.accept(token):  # the mask allowed only what it accepts
+        return finish_abort(f"token {token} broke the request's grammar", 500)
+    return finish_stop_token(token) if grammar.terminated else None
 
 
 def _is_stop_str(reason: FinishReason) -> bool:

@@ -10,13 +10,14 @@ SAMPLING_EPS = 1e-6
 MAX_STOP_COUNT = 32
 
 # Accepted by SGLang but not implemented here: a request that sets one gets a clear 400.
-_UNSUPPORTED = ("stop_regex", "json_schema", "regex", "ebnf", "structural_tag", "beam_width",
-                "custom_params", "watermark")
+_UNSUPPORTED = ("stop_regex", "beam_width", "custom_params", "watermark")
+# Grammar constraints (components/engine/grammar.py): at most one per request, as in SGLang.
+_GRAMMARS = ("json_schema", "regex", "ebnf", "structural_tag")
 _KNOWN = {
     "max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k",
     "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos",
     "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "sampling_seed", "n",
-    "stream_interval", "logit_bias", *_UNSUPPORTED,
+    "stream_interval", "logit_bias", *_GRAMMARS, *_UNSUPPORTED,
 }
 
 
@@ -41,6 +42,10 @@ class SamplingParams:
     n: int = 1
     stream_interval: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
 
     @property
     def is_greedy(self) -> bool:
@@ -90,6 +95,7 @@ class SamplingParams:
                                               vocab_size)
         if "logit_bias" in values:
             kw["logit_bias"] = _logit_bias(values["logit_bias"], vocab_size)
+        kw.update(_grammar(values))
         sp = cls(**kw)
         sp._verify()
         return sp
@@ -164,6 +170,17 @@ def _token_set(name: str, value: Any, vocab_size: int) -> frozenset[int]:
             raise ValueError(f"{name} must hold token ids in [0, {vocab_size - 1}], got {t!r}")
         out.add(t)
     return frozenset(out)
+
+
+def _grammar(values: dict[str, Any]) -> dict[str, str]:
+    # SGLang treats an empty string as unset.
+    given = {k: values[k] for k in _GRAMMARS if values.get(k) not in (None, "")}
+    for name, text in given.items():
+        if not isinstance(text, str):
+            raise ValueError(f"{name} must be a string, got {type(text).__name__}")
+    if len(given) > 1:
+        raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
+    return given
 
 
 def _logit_bias(value: Any, vocab_size: int) -> dict[int, float]:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from components.engine.kv_pool import PageRun
 from components.engine.sampling import SamplingState
 from components.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from components.engine.grammar import RequestGrammar
 
 
 class Status(enum.Enum):
@@ -61,6 +64,7 @@ class Sequence:
     sampling: SamplingState | None = None
     detok: IncrementalDetokenizer | None = None
     stops: StopStringMatcher | None = None
+    grammar: RequestGrammar | None = None  # structured output: compiled before submission
     finish_reason: dict[str, Any] | None = None
     # Streaming bookkeeping: what the caller has already received.
     num_sent_ids: int = 0

@@ -20,6 +20,7 @@ from tests.e2e.client import chat, error_message, post, stream, user
 from tests.topologies import AGG, CONTEXT_LENGTH, SGLANG, start_sglang_topology
 from harness.topology import wait_until
 from tests.e2e.transformers_ref import greedy_ids
+from tests.structured_schemas import BAD_SCHEMA, SCHEMAS, assert_valid, structured_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -190,6 +191,20 @@ def test_over_long_prompt_is_a_400_naming_the_context(stack, http):
              body(SGLANG, "word " * (CONTEXT_LENGTH + 10), max_tokens=4))
     assert r.status_code == 400, r.text
     assert "context length" in error_message(r)
+
+
+def test_structured_output_on_sglangs_xgrammar_backend(stack, http):
+    """Text mode: SGLang's own xgrammar backend runs on its CPU path. Tokens mode: SGLang 0.5.23
+    builds no grammar backend with --skip-tokenizer-init (GrammarManager), so it refuses the
+    request with its own 400."""
+    r = post(http, stack.url, "chat/completions", structured_body(SCHEMAS["person"]))
+    if stack.mode == "tokens":
+        assert r.status_code == 400 and "Grammar-based generation" in error_message(r), r.text
+        return
+    assert r.status_code == 200, r.text
+    assert_valid(r.json()["choices"][0]["message"]["content"], SCHEMAS["person"])
+    r = post(http, stack.url, "chat/completions", structured_body(BAD_SCHEMA))
+    assert r.status_code == 400 and 'Unsupported type "nonsense"' in error_message(r), r.text
 
 
 def test_sixteen_concurrent_streams_complete_with_exact_counts(stack):
