@@ -19,9 +19,9 @@ from dynamo.runtime import DistributedRuntime
 from components.args import WorkerConfig, WorkerMode, parse_args
 from components.debug_routes import register_debug_routes
 from components.engine_factory import build_engine, engine_limits
-from components.handler_factory import build_handler, health_check_payload
+from components.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.hosts import is_wildcard
-from components.register import register_served_model, unregister_served_model
+from components.register import role_for, register_served_model, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
 
@@ -78,16 +78,19 @@ class Worker:
         self._stopping = False
 
     async def serve(self, handler: Any) -> None:
-        """Serve the endpoint and, for agg/decode, register the model concurrently."""
+        """Serve the endpoint and register the model concurrently (every role but a
+        decode-orchestrated prefill, which serves a private endpoint)."""
         serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
             translate_errors(handler.generate),
             graceful_shutdown=True,
             health_check_payload=health_check_payload(self.config, self.engine),
         ))
         try:
-            if self.config.mode is not WorkerMode.PREFILL:
+            if role_for(self.config) is not None:
                 limits = engine_limits(self.config.engine_kind, self.engine)
-                await register_served_model(self.endpoint, self.config, limits)
+                bootstrap = (bootstrap_endpoint(self.config, self.engine)
+                             if self.config.mode is WorkerMode.PREFILL else None)
+                await register_served_model(self.endpoint, self.config, limits, bootstrap)
                 self.registered = True
             logger.info("worker ready: %s serving %s", self.config.mode.value,
                         self.config.dynamo.endpoint)
@@ -129,7 +132,7 @@ async def run_worker(config: WorkerConfig) -> None:
     handler = None
     try:
         prefill = None
-        if config.mode is WorkerMode.DECODE:
+        if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
             prefill = await connect_prefill(runtime, config)
         handler = build_handler(config, engine, prefill)
         if config.dynamo.debug_routes:

@@ -23,28 +23,40 @@ ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "6
                "--page-size", "16", "--max-running-requests", "32")
 
 
+# Who starts a disaggregated request's prefill: the decode worker (the default here: Text mode
+# needs it) or the frontend's prefill router (Dynamo 1.6.1's style, Tokens mode).
+DECODE_ORCHESTRATED = "decode"
+FRONTEND_ORCHESTRATED = "frontend"
+
+
 def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
-                  extra: tuple[str, ...] = ()) -> None:
+                  extra: tuple[str, ...] = (), orchestrator: str = DECODE_ORCHESTRATED) -> None:
     stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *extra,
                        "--disaggregation-bootstrap-port", str(free_port()),
+                       "--disagg-orchestrator", orchestrator,
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
-def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool) -> None:
+def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool,
+                 orchestrator: str = DECODE_ORCHESTRATED) -> None:
     stack.start_worker(name, "decode", DISAGG, *ENGINE_ARGS,
                        "--prefill-wait-timeout", str(PREFILL_WAIT_S),
+                       "--disagg-orchestrator", orchestrator,
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
 def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                   with_agg: bool = True, prefill_args: tuple[str, ...] = ()) -> Stack:
+                   with_agg: bool = True, prefill_args: tuple[str, ...] = (),
+                   orchestrator: str = DECODE_ORCHESTRATED) -> Stack:
     """The standard topology, ready; on failure its logs are printed and it is stopped.
-    `prefill_args` are appended to the first prefill worker's flags (later ones win)."""
+    `prefill_args` are appended to the first prefill worker's flags (later ones win).
+    Frontend-orchestrated, ready also means one request went through: the frontend lists the
+    model as soon as decode registers, but serves it only once a prefill worker has too."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
-        start_prefill(stack, "prefill", skip_tokenizer_init, prefill_args)
-        start_decode(stack, "decode", skip_tokenizer_init)
+        start_prefill(stack, "prefill", skip_tokenizer_init, prefill_args, orchestrator)
+        start_decode(stack, "decode", skip_tokenizer_init, orchestrator)
         served = [DISAGG]
         if with_agg:
             stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
@@ -52,6 +64,8 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                                skip_tokenizer_init=skip_tokenizer_init)
             served.append(AGG)
         stack.wait_ready(*served)
+        if orchestrator == FRONTEND_ORCHESTRATED:
+            stack.wait_ready(DISAGG, probe=True)
     except BaseException:
         print(stack.logs())
         stack.stop()
