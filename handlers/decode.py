@@ -21,7 +21,7 @@ from handlers.chat_stream import ChatStream
 from handlers.errors import (
     EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
-from handlers.frontend_disagg import request_bootstrap
+from handlers.frontend_disagg import check_one_choice, request_bootstrap
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
@@ -148,10 +148,8 @@ class DecodeHandler(BaseHandler):
         return _Job(ids, params, PreprocessedRequest.model_construct(token_ids=ids), stream)
 
     def _check_choices(self, n: Optional[int]) -> None:
-        if self.config.disaggregated and n not in (None, 1):
-            raise RequestError(
-                f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}"
-            )
+        if self.config.disaggregated:
+            check_one_choice(n)
 
     def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:
         limit = self.config.context_length

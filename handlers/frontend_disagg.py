@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from handlers.errors import RequestError
 from handlers.sampling import tokens_sampling_params
+from handlers.unsupported import check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.disagg import PrefillDone
 from protocol.preprocessed import PreprocessedRequest
@@ -41,13 +42,24 @@ def request_bootstrap(request: dict[str, Any], required: bool) -> Optional[Boots
         raise RequestError(f"{BOOTSTRAP_KEY}: {exc}") from None
 
 
+def check_one_choice(n: Optional[int]) -> None:
+    """One room carries one sequence's KV (Dynamo rejects n > 1 in disaggregated mode too)."""
+    if n not in (None, 1):
+        raise RequestError(
+            f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}")
+
+
 def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
     """The flat request's ids and SGLang sampling params for computing the prompt's KV and the
-    first token: one sequence, one new token, whatever the client asked for."""
+    first token: one sequence, one new token. The frontend sends both legs at once, so prefill
+    refuses what decode refuses: otherwise its engine would hold the prompt's KV for a decode
+    that never joins the room, until the bootstrap timeout."""
     try:
         req = parse(PreprocessedRequest, request)
     except ProtocolError as exc:
         raise RequestError(str(exc)) from None
+    check_tokens_request(req)
+    check_one_choice(req.sampling_options.n)
     ids = req.token_ids
     params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
                                     skip_tokenizer_init=True)
