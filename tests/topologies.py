@@ -79,15 +79,18 @@ SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-toke
 
 
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                          disaggregated: bool = False) -> Stack:
+                          disaggregated: bool = False,
+                          orchestrator: str = DECODE_ORCHESTRATED) -> Stack:
     """Frontend, SGLang serving `tiny-sglang` (one aggregated worker, or a prefill and a decode
-    worker), and the CPU engine's aggregated `tiny-agg` as the reference."""
+    worker orchestrated by `orchestrator`), and the CPU engine's aggregated `tiny-agg` as the
+    reference."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
         endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
         if disaggregated:
-            nixl = ("--disaggregation-transfer-backend", "nixl")
+            nixl = ("--disaggregation-transfer-backend", "nixl",
+                    "--disagg-orchestrator", orchestrator)
             stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS, *nixl,
                                "--endpoint", "dyn://dynamo.sglang_prefill.generate",
                                "--disaggregation-bootstrap-port", str(free_port()),
@@ -102,6 +105,8 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
                            "--endpoint", "dyn://dynamo.agg.generate",
                            skip_tokenizer_init=skip_tokenizer_init)
         stack.wait_ready(SGLANG, AGG)
+        if disaggregated and orchestrator == FRONTEND_ORCHESTRATED:
+            stack.wait_ready(SGLANG, probe=True)
     except BaseException:
         print(stack.logs())
         stack.stop()
