@@ -102,7 +102,8 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    help="dyn://ns.comp.ep to serve; default dyn://$DYN_NAMESPACE.backend.generate "
                         "(prefill: .prefill.generate)")
     g.add_argument("--prefill-endpoint", default=None,
-                   help="decode only: the prefill workers' endpoint (default dyn://<ns>.prefill.generate)")
+                   help="decode-orchestrated decode only: the prefill workers' endpoint "
+                        "(default dyn://<ns>.prefill.generate)")
     g.add_argument("--migration-limit", type=int, default=0,
                    help="accepted for Dynamo compatibility; in 1.6.1 migration is set on the frontend")
     g.add_argument("--discovery-backend", default=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
@@ -111,9 +112,11 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    choices=["tcp", "nats"])
     g.add_argument("--prefill-wait-timeout", type=_positive_float,
                    default=DecodeConfig.bootstrap_timeout_s,
-                   help="decode: seconds to wait for a prefill worker's bootstrap info per request")
+                   help="decode-orchestrated decode: seconds to wait for a prefill worker's "
+                        "bootstrap info per request")
     g.add_argument("--prefill-instance-timeout", type=_positive_float, default=60.0,
-                   help="decode: seconds to wait at startup for a prefill instance to appear")
+                   help="decode-orchestrated decode: seconds to wait at startup for a prefill "
+                        "instance to appear")
     g.add_argument("--disagg-orchestrator", choices=ORCHESTRATORS,
                    default=os.environ.get("DYN_DISAGG_ORCHESTRATOR"),
                    help="prefill/decode workers: who starts a request's prefill. frontend "
