@@ -5,7 +5,9 @@ Arms, all measured in one run with interleaved repetitions:
   agg     - Dynamo frontend + one aggregated worker (`python -m components`);
   agg-chunked - the same with SGLang's chunked prefill and mixed batches
             (`--chunked-prefill-size 256 --enable-mixed-chunk`);
-  disagg  - Dynamo frontend + decode worker + prefill worker, KV over NIXL.
+  disagg  - Dynamo frontend + decode worker + prefill worker, KV over NIXL (the workers'
+            default style: frontend-orchestrated in Tokens mode);
+  disagg-decode - the same, decode-orchestrated (not in the default arms; --arms to add it).
 Closed loop at each concurrency (default 1, 4, 16), optional open loop (Poisson --request-rate).
 Random input lengths from a fixed seed, fixed output length (`ignore_eos`), greedy.
 
@@ -41,13 +43,14 @@ from benchmarks.serving_report import (
 from benchmarks.workload import Workload, length_summary, make_prompts
 
 logger = logging.getLogger("bench_serving")
-ARMS = ("engine", "agg", "agg-chunked", "disagg")
+ARMS = ("engine", "agg", "agg-chunked", "disagg", "disagg-decode")
+DEFAULT_ARMS = ("engine", "agg", "agg-chunked", "disagg")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model-path", default=str(SMALL_MODEL))
-    p.add_argument("--arms", default=",".join(ARMS), help="comma list of " + ",".join(ARMS))
+    p.add_argument("--arms", default=",".join(DEFAULT_ARMS), help="comma list of " + ",".join(ARMS))
     p.add_argument("--concurrency", default="1,4,16", help="closed-loop client counts")
     p.add_argument("--runs", type=int, default=3, help="repetitions; the median is reported")
     p.add_argument("--requests-per-client", type=int, default=2)

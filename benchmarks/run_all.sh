@@ -39,6 +39,7 @@ if [[ $QUICK == 1 ]]; then
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
+    SERVING_STYLES_ARGS=(--quick --tag styles --arms disagg,disagg-decode)
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -52,6 +53,8 @@ else
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
     CHOICES_ARGS=(--runs 3)
+    # Frontend- vs decode-orchestrated disaggregation (docs/architecture.md).
+    SERVING_STYLES_ARGS=(--runs 3 --tag styles --arms disagg,disagg-decode --concurrency 1,16)
 fi
 
 failed=()
@@ -75,6 +78,7 @@ run bench_kv_transfer bench_kv_transfer "${KV_ARGS[@]}"
 run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
 run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
+run serving_styles bench_serving "${SERVING_STYLES_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 run bench_choices bench_choices "${CHOICES_ARGS[@]}"

@@ -18,11 +18,15 @@ from harness.topology import Stack, free_port
 
 logger = logging.getLogger("bench_serving")
 # Worker name and --disaggregation-mode per process, after the frontend.
+DISAGG_WORKERS = (("prefill", "prefill"), ("decode", "decode"))
 WORKERS = {"agg": (("agg", "null"),), "agg-chunked": (("agg", "null"),),
-           "disagg": (("prefill", "prefill"), ("decode", "decode"))}
+           "disagg": DISAGG_WORKERS, "disagg-decode": DISAGG_WORKERS}
 # SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
 CHUNKED_ARGS = ("--chunked-prefill-size", "256", "--enable-mixed-chunk")
-TOPOLOGIES = ("agg", "agg-chunked", "disagg")
+# `disagg` runs the workers' default style (frontend-orchestrated in Tokens mode);
+# `disagg-decode` the decode-orchestrated one (docs/architecture.md, "Two orchestration styles").
+STYLE_ARGS = {"disagg-decode": ("--disagg-orchestrator", "decode")}
+TOPOLOGIES = ("agg", "agg-chunked", "disagg", "disagg-decode")
 
 
 def spawn_topology(name: str, model_path: str, served: str, skip_tokenizer_init: bool) -> Stack:
@@ -34,6 +38,7 @@ def spawn_topology(name: str, model_path: str, served: str, skip_tokenizer_init:
         extra = ["--disaggregation-bootstrap-port", str(free_port())] if mode == "prefill" else []
         if name == "agg-chunked":
             extra += CHUNKED_ARGS
+        extra += STYLE_ARGS.get(name, ())
         stack.start_worker(worker, mode, served, "--log-level", "warning", *extra,
                            skip_tokenizer_init=skip_tokenizer_init)
     return stack

@@ -22,6 +22,7 @@ from components import cpu_flags
 from components.engine_factory import ENGINE_CHOICES, resolve_engine_kind
 from components.hosts import is_wildcard
 from handlers.decode import DecodeConfig
+from handlers.frontend_disagg import ORCHESTRATORS
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,11 @@ class DynamoArgs:
     prefill_wait_timeout: float  # bound on waiting for the prefill's first stream item
     prefill_instance_timeout: float  # bound on waiting for a prefill instance at startup
     debug_routes: bool  # expose /engine/kv_pages on the system port (tests, ops)
+    orchestrator: str = "frontend"  # who starts a disaggregated request's prefill
+
+    @property
+    def frontend_orchestrated(self) -> bool:
+        return self.orchestrator == "frontend"
 
     @property
     def namespace(self) -> str:
@@ -96,7 +102,8 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    help="dyn://ns.comp.ep to serve; default dyn://$DYN_NAMESPACE.backend.generate "
                         "(prefill: .prefill.generate)")
     g.add_argument("--prefill-endpoint", default=None,
-                   help="decode only: the prefill workers' endpoint (default dyn://<ns>.prefill.generate)")
+                   help="decode-orchestrated decode only: the prefill workers' endpoint "
+                        "(default dyn://<ns>.prefill.generate)")
     g.add_argument("--migration-limit", type=int, default=0,
                    help="accepted for Dynamo compatibility; in 1.6.1 migration is set on the frontend")
     g.add_argument("--discovery-backend", default=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
@@ -105,9 +112,19 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    choices=["tcp", "nats"])
     g.add_argument("--prefill-wait-timeout", type=_positive_float,
                    default=DecodeConfig.bootstrap_timeout_s,
-                   help="decode: seconds to wait for a prefill worker's bootstrap info per request")
+                   help="decode-orchestrated decode: seconds to wait for a prefill worker's "
+                        "bootstrap info per request")
     g.add_argument("--prefill-instance-timeout", type=_positive_float, default=60.0,
-                   help="decode: seconds to wait at startup for a prefill instance to appear")
+                   help="decode-orchestrated decode: seconds to wait at startup for a prefill "
+                        "instance to appear")
+    g.add_argument("--disagg-orchestrator", choices=ORCHESTRATORS,
+                   default=os.environ.get("DYN_DISAGG_ORCHESTRATOR"),
+                   help="prefill/decode workers: who starts a request's prefill. frontend "
+                        "(Dynamo 1.6.1's style; the default in Tokens mode): both workers "
+                        "register and the frontend's prefill router sends both legs the same "
+                        "bootstrap_info. decode (the default in Text mode, which the frontend "
+                        "cannot orchestrate): only decode registers, and it calls the prefill "
+                        "endpoint itself. Both legs must agree (env DYN_DISAGG_ORCHESTRATOR)")
     g.add_argument("--debug-routes", action="store_true",
                    default=os.environ.get("DYN_DEBUG_ROUTES", "") == "1",
                    help="serve /engine/kv_pages (KV pool occupancy) on DYN_SYSTEM_PORT")
@@ -135,6 +152,15 @@ def reserve_free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def _orchestrator(ns: argparse.Namespace) -> str:
+    if ns.disagg_orchestrator is not None:
+        if ns.disagg_orchestrator not in ORCHESTRATORS:  # from the environment: unchecked
+            raise SystemExit(f"--disagg-orchestrator must be one of {ORCHESTRATORS}, "
+                             f"got {ns.disagg_orchestrator!r}")
+        return ns.disagg_orchestrator
+    return "frontend" if ns.skip_tokenizer_init else "decode"
+
+
 def _dynamo_args(ns: argparse.Namespace, mode: WorkerMode) -> DynamoArgs:
     namespace = os.environ.get("DYN_NAMESPACE", DEFAULT_NAMESPACE)
     default_component = "prefill" if mode is WorkerMode.PREFILL else "backend"
@@ -148,7 +174,18 @@ def _dynamo_args(ns: argparse.Namespace, mode: WorkerMode) -> DynamoArgs:
         discovery_backend=ns.discovery_backend, request_plane=ns.request_plane,
         prefill_wait_timeout=ns.prefill_wait_timeout,
         prefill_instance_timeout=ns.prefill_instance_timeout, debug_routes=ns.debug_routes,
+        orchestrator=_orchestrator(ns),
     )
+
+
+def _check_orchestrator(dynamo: DynamoArgs, mode: WorkerMode, skip_tokenizer_init: bool) -> None:
+    """The frontend's prefill router runs in its preprocessing pipeline, which a Text-mode model
+    (raw chat bodies, no --skip-tokenizer-init) bypasses: refuse at startup, not per request."""
+    if (mode is not WorkerMode.AGGREGATED and dynamo.frontend_orchestrated
+            and not skip_tokenizer_init):
+        raise SystemExit("--disagg-orchestrator frontend needs --skip-tokenizer-init (Tokens "
+                         "mode): the frontend orchestrates only requests it tokenizes; use "
+                         "--disagg-orchestrator decode for Text mode")
 
 
 def parse_args(argv: list[str]) -> WorkerConfig:
@@ -166,6 +203,7 @@ def parse_args(argv: list[str]) -> WorkerConfig:
         ns.disaggregation_bootstrap_port = reserve_free_port(ns.host)
     mode = WorkerMode.from_disaggregation_mode(ns.disaggregation_mode)
     dynamo = _dynamo_args(ns, mode)
+    _check_orchestrator(dynamo, mode, bool(ns.skip_tokenizer_init))
     if kind == "sglang":
         from components.sglang_engine import server_args_from_namespace
 

@@ -10,6 +10,7 @@ from components.hosts import advertised_host
 from components.metrics import WorkerMetrics
 from handlers import (
     DecodeConfig,
+    FAKE_BOOTSTRAP_HOST,
     DecodeHandler,
     PrefillConfig,
     PrefillHandler,
@@ -25,13 +26,18 @@ def _vocab_size(engine: Any) -> int:
     return int(size)
 
 
+def bootstrap_endpoint(config: WorkerConfig, engine: Any) -> tuple[str, int]:
+    """Where a decode engine dials this prefill engine's bootstrap server. The port is the
+    engine's own record: the CPU engine reports the port it really bound (port 0)."""
+    port = int(engine.server_args.disaggregation_bootstrap_port)
+    return advertised_host(config.host, config.engine_kind), port
+
+
 def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any],
                   metrics: Optional[WorkerMetrics] = None) -> Any:
     if config.mode is WorkerMode.PREFILL:
-        # The engine's own record: the CPU engine reports the port it really bound (port 0).
-        port = int(engine.server_args.disaggregation_bootstrap_port)
-        return PrefillHandler(engine, PrefillConfig(
-            bootstrap_host=advertised_host(config.host, config.engine_kind), bootstrap_port=port))
+        host, port = bootstrap_endpoint(config, engine)
+        return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port))
     limits = engine_limits(config.engine_kind, engine)
     preprocessor = None
     if not config.skip_tokenizer_init:
@@ -44,6 +50,7 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
         vocab_size=_vocab_size(engine),
         skip_tokenizer_init=config.skip_tokenizer_init,
         disaggregated=config.mode is WorkerMode.DECODE,
+        orchestrator=config.dynamo.orchestrator,
         bootstrap_timeout_s=config.dynamo.prefill_wait_timeout,
     )
     return DecodeHandler(engine, decode_config, prefill_client=prefill_client,
@@ -61,4 +68,10 @@ def health_check_payload(config: WorkerConfig, engine: Any) -> dict[str, Any]:
     bos = _bos_token_id(engine)
     if config.mode is WorkerMode.PREFILL:
         return prefill_health_payload(bos)
-    return decode_health_payload(bos, text_mode=not config.skip_tokenizer_init)
+    payload = decode_health_payload(bos, text_mode=not config.skip_tokenizer_init)
+    if config.mode is WorkerMode.DECODE and config.dynamo.frontend_orchestrated:
+        # No frontend injects a room into a canary: SGLang's fake host makes it a local no-op.
+        port = int(engine.server_args.disaggregation_bootstrap_port)
+        payload["bootstrap_info"] = {"bootstrap_host": FAKE_BOOTSTRAP_HOST,
+                                     "bootstrap_port": port, "bootstrap_room": 1}
+    return payload

@@ -20,10 +20,10 @@ from dynamo.runtime import DistributedRuntime
 from components.args import WorkerConfig, WorkerMode, parse_args
 from components.debug_routes import register_debug_routes
 from components.engine_factory import attach_engine, build_engine, engine_limits
-from components.handler_factory import build_handler, health_check_payload
+from components.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.hosts import is_wildcard
 from components.metrics import WorkerMetrics
-from components.register import register_served_model, unregister_served_model
+from components.register import register_served_model, role_for, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
 from components.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine, worker_count
@@ -94,7 +94,8 @@ class Worker:
             model_name=self.config.served_model_name)
 
     async def serve(self, handler: Any) -> None:
-        """Serve the endpoint and, for agg/decode, register the model concurrently."""
+        """Serve the endpoint and register the model concurrently (every role but a
+        decode-orchestrated prefill, which serves a private endpoint)."""
         serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
             translate_errors(self.metrics.instrument(
                 handler.generate, streams_tokens=self.config.mode is not WorkerMode.PREFILL)),
@@ -102,9 +103,11 @@ class Worker:
             health_check_payload=health_check_payload(self.config, self.engine),
         ))
         try:
-            if self.config.mode is not WorkerMode.PREFILL:
+            if role_for(self.config) is not None:
                 limits = engine_limits(self.config.engine_kind, self.engine)
-                await register_served_model(self.endpoint, self.config, limits)
+                bootstrap = (bootstrap_endpoint(self.config, self.engine)
+                             if self.config.mode is WorkerMode.PREFILL else None)
+                await register_served_model(self.endpoint, self.config, limits, bootstrap)
                 self.registered = True
             logger.info("worker ready: %s serving %s", self.config.mode.value,
                         self.config.dynamo.endpoint)
@@ -158,7 +161,7 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
     handler = None
     try:
         prefill = None
-        if config.mode is WorkerMode.DECODE:
+        if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
             prefill = await connect_prefill(runtime, config)
         metrics = WorkerMetrics(engine)
         handler = build_handler(config, engine, prefill, metrics)

@@ -2,7 +2,8 @@
 (docs/architecture.md, "A request's life").
 
 Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
-the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded] -> own engine request
+the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded; or, frontend-orchestrated,
+take the room the frontend sent in `bootstrap_info`] -> own engine request
 with its own rid -> stream token deltas or chat chunks. A client stop aborts the engine request
 by rid at any point, also before the first token; a failed prefill aborts it and errors.
 """
@@ -20,6 +21,7 @@ from handlers.chat_stream import ChatStream
 from handlers.errors import (
     EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
+from handlers.frontend_disagg import check_one_choice, request_bootstrap
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
@@ -41,6 +43,9 @@ class DecodeConfig:
     vocab_size: int
     skip_tokenizer_init: bool = True  # True: Tokens mode; False: Text mode
     disaggregated: bool = False
+    # Who starts the prefill: "decode" (this handler, over the prefill client) or "frontend"
+    # (Dynamo 1.6.1's prefill router; the request carries bootstrap_info).
+    orchestrator: str = "decode"
     bootstrap_timeout_s: float = 30.0  # prefill's first item (the bootstrap room)
     first_token_timeout_s: float = 300.0  # queueing + prefill + KV transfer
     prefill_timeout_s: float = 600.0  # the prefill stream's whole life
@@ -52,6 +57,7 @@ class _Job:
     sampling_params: dict[str, Any]
     prefill_request: PreprocessedRequest
     stream: Union[TokenStream, ChatStream]
+    boot: Optional[BootstrapInfo] = None  # the frontend's, when it orchestrates
 
 
 class DecodeHandler(BaseHandler):
@@ -63,7 +69,7 @@ class DecodeHandler(BaseHandler):
         preprocessor: Optional[Preprocessor] = None,
     ) -> None:
         super().__init__(engine)
-        if config.disaggregated and prefill_client is None:
+        if self._decode_orchestrated(config) and prefill_client is None:
             raise ValueError("disaggregated decode needs a prefill client")
         if not config.skip_tokenizer_init and preprocessor is None:
             raise ValueError("Text mode (no skip_tokenizer_init) needs a preprocessor")
@@ -95,10 +101,18 @@ class DecodeHandler(BaseHandler):
 
     # --- preparing: validation, ids, sampling params --------------------------------------
 
+    @staticmethod
+    def _decode_orchestrated(config: DecodeConfig) -> bool:
+        return config.disaggregated and config.orchestrator == "decode"
+
     async def _prepare(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         if self.config.skip_tokenizer_init:
-            return self._prepare_tokens(request)
-        return await self._prepare_text(request, context)
+            job = self._prepare_tokens(request)
+        else:
+            job = await self._prepare_text(request, context)
+        if self.config.disaggregated and not self._decode_orchestrated(self.config):
+            job.boot = request_bootstrap(request, required=True)
+        return job
 
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
@@ -135,10 +149,8 @@ class DecodeHandler(BaseHandler):
         return _Job(ids, params, PreprocessedRequest.model_construct(token_ids=ids), stream)
 
     def _check_choices(self, n: Optional[int]) -> None:
-        if self.config.disaggregated and n not in (None, 1):
-            raise RequestError(
-                f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}"
-            )
+        if self.config.disaggregated:
+            check_one_choice(n)
 
     def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:
         limit = self.config.context_length
@@ -160,7 +172,9 @@ class DecodeHandler(BaseHandler):
     async def _run(
         self, job: _Job, guard: RequestGuard, context: Optional[Context]
     ) -> AsyncIterator[dict[str, Any]]:
-        boot = await self._start_prefill(job, guard, context) if self.config.disaggregated else None
+        boot = job.boot
+        if self._decode_orchestrated(self.config):
+            boot = await self._start_prefill(job, guard, context)
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,

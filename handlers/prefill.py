@@ -1,8 +1,13 @@
 """Prefill worker handler (docs/architecture.md, "A request's life", disaggregated step 4).
 
-Starts the engine request with a fresh bootstrap room, then yields the bootstrap info FIRST,
-then keeps its stream open until the engine reports the prompt's KV delivered (last item:
+Starts the engine request with a bootstrap room, then yields the bootstrap info FIRST, then
+keeps its stream open until the engine reports the prompt's KV delivered (last item:
 PrefillDone) or raises. It never tokenizes: the request carries token ids.
+
+Both orchestration styles arrive here, told apart by shape as Dynamo 1.6.1's handler does:
+decode's `{request, sampling_params}` wrapper (fresh room, bare BootstrapInfo first), or the
+frontend's flat preprocessed request (its `bootstrap_info` room, `disaggregated_params` first;
+handlers.frontend_disagg).
 """
 
 import asyncio
@@ -17,6 +22,7 @@ from typing import Any, Optional
 from handlers.base import BaseHandler, Context, Engine
 from handlers.errors import EngineError, RequestError
 from handlers.finish import map_finish_reason
+from handlers.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.health import HEALTH_CHECK_KEY
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
@@ -49,27 +55,17 @@ class PrefillHandler(BaseHandler):
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
     ) -> AsyncIterator[dict[str, Any]]:
-        try:
-            req = parse(DisaggPreprocessedRequest, request)
-        except ProtocolError as exc:
-            raise RequestError(str(exc)) from None
+        from_frontend = isinstance(request, dict) and "request" not in request
+        ids, params, boot = self._leg(request, from_frontend)
         health_check = bool(request.get(HEALTH_CHECK_KEY))
-        host = FAKE_BOOTSTRAP_HOST if health_check else self.config.bootstrap_host
-        boot = BootstrapInfo(
-            bootstrap_host=host,
-            bootstrap_port=self.config.bootstrap_port,
-            bootstrap_room=new_room(),
-        )
-        # One room per request: the engine computes one sequence for it.
-        params = dict(req.sampling_params)
-        if "n" in params:
-            params["n"] = 1
+        if health_check:
+            boot = boot.model_copy(update={"bootstrap_host": FAKE_BOOTSTRAP_HOST})
         guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
         guard.start()
         started = time.monotonic()
         try:
             stream = await self.engine.async_generate(
-                input_ids=req.request.token_ids,
+                input_ids=ids,
                 sampling_params=params,
                 stream=True,
                 bootstrap_host=boot.bootstrap_host,
@@ -83,7 +79,7 @@ class PrefillHandler(BaseHandler):
             # submits lazily, like SGLang's) before decode learns the room.
             await asyncio.sleep(0)
             if not health_check and not _refused(drain):
-                yield boot.model_dump()
+                yield first_item(boot) if from_frontend else boot.model_dump()
             done = await self._wait(drain, guard)
         except Stopped:
             logger.info("prefill %s cancelled by the client", guard.rid)
@@ -94,7 +90,28 @@ class PrefillHandler(BaseHandler):
             "prefill %s done: prompt=%d cached=%d in %.3fs",
             guard.rid, done.prompt_tokens, done.cached_tokens, time.monotonic() - started,
         )
-        yield done.model_dump()
+        yield last_item(done) if from_frontend else done.model_dump()
+
+    def _leg(self, request: Any, from_frontend: bool) -> tuple[list[int], dict, BootstrapInfo]:
+        """Ids, sampling params and the room for either request shape."""
+        if from_frontend:
+            ids, params = prefill_leg(request)
+            boot = request_bootstrap(request, required=False)
+        else:
+            try:
+                req = parse(DisaggPreprocessedRequest, request)
+            except ProtocolError as exc:
+                raise RequestError(str(exc)) from None
+            ids, boot = req.request.token_ids, None
+            # One room per request: the engine computes one sequence for it.
+            params = dict(req.sampling_params)
+            if "n" in params:
+                params["n"] = 1
+        if boot is None:  # the frontend's completed path, or decode-orchestrated
+            boot = BootstrapInfo(bootstrap_host=self.config.bootstrap_host,
+                                 bootstrap_port=self.config.bootstrap_port,
+                                 bootstrap_room=new_room())
+        return ids, params, boot
 
     async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard) -> PrefillDone:
         try:

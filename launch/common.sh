@@ -194,6 +194,7 @@ run_stack() {
         start "$name" "${cmd[@]}"
     done
     wait_ready "$HOST" "$HTTP_PORT" "$SERVED" "$READY_TIMEOUT"
+    if ((${READY_PROBE:-0})); then wait_served "$HOST" "$HTTP_PORT" "$SERVED" "$READY_TIMEOUT"; fi
     log "ready: model $SERVED at http://$HOST:$HTTP_PORT/v1 ($ENGINE engine, $what)"
     wait_any
 }
@@ -212,6 +213,24 @@ wait_ready() {
         sleep 0.5
     done
     log "model $model not listed on $url within $4s"
+    return 1
+}
+
+# wait_served HOST PORT MODEL TIMEOUT: until a one-token chat to MODEL answers 200.
+wait_served() {
+    local url="http://$1:$2/v1/chat/completions" deadline=$((SECONDS + $4)) pid
+    local body="{\"model\":\"$3\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"ready?\"}]}"
+    while ((SECONDS < deadline)); do
+        if curl -sf --max-time 30 -H 'Content-Type: application/json' -d "$body" "$url" \
+                >/dev/null 2>&1; then
+            return 0
+        fi
+        for pid in "${PIDS[@]}"; do
+            if ! kill -0 "$pid" 2>/dev/null; then log "process $pid exited during startup"; return 1; fi
+        done
+        sleep 0.5
+    done
+    log "model $3 not served on $url within $4s"
     return 1
 }
 

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Disaggregated serving, decode-orchestrated:
+# Disaggregated serving, in either orchestration style (docs/architecture.md):
 #
-#   client -> dynamo.frontend (HTTP) -> decode worker (registers the model; GPU 1)
-#                                         -> prefill worker (private endpoint; GPU 0)
-#             prefill pushes the prompt's KV cache into decode's memory over NIXL.
+#   frontend-orchestrated (Dynamo 1.6.1's style; the default in Tokens mode):
+#     client -> dynamo.frontend (HTTP; its prefill router picks one prefill and one decode
+#               worker and sends both the same bootstrap_info)
+#               -> prefill worker(s) (register the model as Prefill; GPUs 0..N-1)
+#               -> decode worker(s)  (register the model as Decode; GPUs N..N+M-1)
+#   decode-orchestrated (the default in Text mode):
+#     client -> dynamo.frontend -> decode worker(s) (register the model)
+#                                    -> prefill worker(s) (private endpoint)
+#   Either way prefill pushes the prompt's KV cache into decode's memory over NIXL.
 #
 # With GPUs: both workers run SGLang (--disaggregation-transfer-backend nixl); --sglang-cpu runs
 # SGLang's own CPU path instead. Without GPUs (or with --cpu / ENGINE=cpu): the same topology
@@ -22,7 +28,11 @@ Usage: $0 [options] [-- extra worker args]
   --served-model-name NAME   name clients use (default: the model path; CPU default: small)
   --host ADDR                bind address for the frontend and side channels (default 127.0.0.1)
   --http-port N              frontend HTTP port (default 8000)
-  --bootstrap-port N         prefill bootstrap port (default 8998)
+  --bootstrap-port N         first prefill bootstrap port (default 8998; prefill i gets N+i)
+  --disagg-orchestrator X    frontend (Dynamo 1.6.1's style, Tokens mode only) or decode;
+                             default: frontend in Tokens mode, decode in Text mode
+  --num-prefill N            prefill workers (default 1)
+  --num-decode M             decode workers (default 1)
   --skip-tokenizer-init      token passthrough, the frontend tokenizes (default)
   --no-skip-tokenizer-init   text mode: the workers apply the chat template and tokenize
   --cpu | --gpu              force the CPU engine / SGLang on GPUs (default: GPUs if present)
@@ -36,28 +46,67 @@ Usage: $0 [options] [-- extra worker args]
 
 Environment: MODEL, HOST, HTTP_PORT, BOOTSTRAP_PORT, ENGINE=cpu|sglang, SGLANG_USE_CPU_ENGINE=1,
 DYN_FILE_KV, DYN_DISCOVERY_BACKEND, DYN_REQUEST_PLANE, ETCD_ENDPOINTS, NATS_SERVER, LOG_DIR
-(per-process logs), READY_TIMEOUT (s), PREFILL_GPU (0), DECODE_GPU (1), PYTHON.
+(per-process logs), READY_TIMEOUT (s), PREFILL_GPU (first prefill GPU, 0), DECODE_GPU (first
+decode GPU, N), PYTHON.
 Everything after -- is passed to both workers (SGLang flag names).
 EOF
 }
 
-parse_launch_args "$@"
+# The disagg-only options; the rest go to parse_launch_args.
+ORCHESTRATOR="" NUM_PREFILL=1 NUM_DECODE=1 SHARED_ARGS=()
+while (($#)); do
+    case "$1" in
+        --disagg-orchestrator) ORCHESTRATOR="$2"; shift 2 ;;
+        --num-prefill) NUM_PREFILL="$2"; shift 2 ;;
+        --num-decode) NUM_DECODE="$2"; shift 2 ;;
+        --) SHARED_ARGS+=("$@"); break ;;
+        *) SHARED_ARGS+=("$1"); shift ;;
+    esac
+done
+parse_launch_args "${SHARED_ARGS[@]}"
+for count in "$NUM_PREFILL" "$NUM_DECODE"; do
+    [[ "$count" =~ ^[1-9][0-9]*$ ]] || { log "--num-prefill/--num-decode must be >= 1, got $count"; exit 2; }
+done
+ORCHESTRATOR="${ORCHESTRATOR:-$( ((SKIP_TOKENIZER)) && echo frontend || echo decode)}"
+case "$ORCHESTRATOR" in
+    frontend) ((SKIP_TOKENIZER)) || {
+        log "--disagg-orchestrator frontend needs Tokens mode (--skip-tokenizer-init)"; exit 2; } ;;
+    decode) ;;
+    *) log "--disagg-orchestrator must be frontend or decode, got $ORCHESTRATOR"; exit 2 ;;
+esac
 engine_defaults
-ENGINE_ARGS+=(--disaggregation-transfer-backend nixl)
-PREFILL_ENV=("${WORKER_ENV[@]}") DECODE_ENV=("${WORKER_ENV[@]}")
-if [[ "$ENGINE" == sglang ]] && ! ((SGLANG_CPU)); then
-    PREFILL_ENV=(env "CUDA_VISIBLE_DEVICES=${PREFILL_GPU:-0}")
-    DECODE_ENV=(env "CUDA_VISIBLE_DEVICES=${DECODE_GPU:-1}")
-fi
-COMMON=(--model-path "$MODEL" --served-model-name "$SERVED" --host "$HOST"
-        --disaggregation-bootstrap-port "$BOOTSTRAP_PORT" "${ENGINE_ARGS[@]}" "${DISCOVERY_ARGS[@]}")
+ENGINE_ARGS+=(--disaggregation-transfer-backend nixl --disagg-orchestrator "$ORCHESTRATOR")
+COMMON=(--model-path "$MODEL" --served-model-name "$SERVED" --host "$HOST" "${ENGINE_ARGS[@]}"
+        "${DISCOVERY_ARGS[@]}")
 ((SKIP_TOKENIZER)) && COMMON+=(--skip-tokenizer-init)
+GPUS=0
+[[ "$ENGINE" == sglang ]] && ! ((SGLANG_CPU)) && GPUS=1
 
 FRONTEND_CMD=("$PYTHON" -m dynamo.frontend "${DISCOVERY_ARGS[@]}"
               --http-host "$HOST" --http-port "$HTTP_PORT")
-PREFILL_CMD=("${PREFILL_ENV[@]}" "$PYTHON" -m components "${COMMON[@]}"
-             --disaggregation-mode prefill "${EXTRA[@]}")
-DECODE_CMD=("${DECODE_ENV[@]}" "$PYTHON" -m components "${COMMON[@]}"
-            --disaggregation-mode decode "${EXTRA[@]}")
+NAMES=(frontend)
 
-run_stack disaggregated frontend prefill decode
+# worker_cmd ROLE INDEX GPU: define ${NAME^^}_CMD for worker NAME (prefill, prefill_1, ...).
+worker_cmd() {
+    local role="$1" i="$2" gpu="$3" name="$1"
+    ((i)) && name="${role}_$i"
+    local -n cmd="${name^^}_CMD"
+    local env=("${WORKER_ENV[@]}") port="$BOOTSTRAP_PORT"
+    ((GPUS)) && env=(env "CUDA_VISIBLE_DEVICES=$gpu")
+    # Each prefill's bootstrap server needs its own port. Decode binds none (it dials what the
+    # prefill advertises); it gets the first one, as in Dynamo's own launch scripts.
+    [[ "$role" == prefill ]] && port=$((BOOTSTRAP_PORT + i))
+    cmd=("${env[@]}" "$PYTHON" -m components "${COMMON[@]}" --disaggregation-bootstrap-port "$port"
+         --disaggregation-mode "$role" "${EXTRA[@]}")
+    NAMES+=("$name")
+}
+for ((i = 0; i < NUM_PREFILL; i++)); do worker_cmd prefill "$i" "$((${PREFILL_GPU:-0} + i))"; done
+for ((i = 0; i < NUM_DECODE; i++)); do
+    worker_cmd decode "$i" "$((${DECODE_GPU:-$NUM_PREFILL} + i))"
+done
+
+# Frontend-orchestrated, the model is listed once a decode registers but served only once a
+# prefill has registered too: ready means one request went through.
+[[ "$ORCHESTRATOR" == frontend ]] && READY_PROBE=1
+run_stack "disaggregated, $ORCHESTRATOR-orchestrated, $NUM_PREFILL prefill + $NUM_DECODE decode" \
+    "${NAMES[@]}"

@@ -33,9 +33,11 @@ def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Sta
     stacks: list[Stack] = []
 
     def start(name: str, skip_tokenizer_init: bool, with_agg: bool = True,
-              prefill_args: tuple[str, ...] = (), worker_args: tuple[str, ...] = ()) -> Stack:
+              prefill_args: tuple[str, ...] = (), worker_args: tuple[str, ...] = (),
+              orchestrator: str = "decode") -> Stack:
         stack = start_topology(tmp_path_factory.mktemp(name), tiny_model_path,
-                               skip_tokenizer_init, with_agg, prefill_args, worker_args)
+                               skip_tokenizer_init, with_agg, prefill_args, worker_args,
+                               orchestrator)
         stacks.append(stack)
         return stack
 

@@ -70,7 +70,8 @@ def test_speculative_reserve_is_kept_out_of_the_default_budget(tiny_model_path):
     assert sglang_limits(engine).context_length == 2048  # registered as the model's context
     config = SimpleNamespace(mode=WorkerMode.AGGREGATED, engine_kind="sglang",
                              skip_tokenizer_init=True, served_model_name="m",
-                             dynamo=SimpleNamespace(prefill_wait_timeout=5.0))
+                             dynamo=SimpleNamespace(prefill_wait_timeout=5.0,
+                                                    orchestrator="decode"))
     handler = build_handler(config, engine, None)
     # SGLang refuses prompt + max_new_tokens + 16 > 2048; the default budget must fit.
     assert handler.config.context_length == 2048 - 16

@@ -23,31 +23,43 @@ ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "6
                "--page-size", "16", "--max-running-requests", "32")
 
 
+# Who starts a disaggregated request's prefill: the decode worker (the default here: Text mode
+# needs it) or the frontend's prefill router (Dynamo 1.6.1's style, Tokens mode).
+DECODE_ORCHESTRATED = "decode"
+FRONTEND_ORCHESTRATED = "frontend"
+
+
 def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
-                  extra: tuple[str, ...] = ()) -> None:
+                  extra: tuple[str, ...] = (), orchestrator: str = DECODE_ORCHESTRATED) -> None:
     stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *extra,
                        "--disaggregation-bootstrap-port", str(free_port()),
+                       "--disagg-orchestrator", orchestrator,
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
 def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), orchestrator: str = DECODE_ORCHESTRATED) -> None:
     stack.start_worker(name, "decode", DISAGG, *ENGINE_ARGS, *extra,
                        "--prefill-wait-timeout", str(PREFILL_WAIT_S),
+                       "--disagg-orchestrator", orchestrator,
                        skip_tokenizer_init=skip_tokenizer_init)
 
 
 def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                    with_agg: bool = True, prefill_args: tuple[str, ...] = (),
-                   worker_args: tuple[str, ...] = ()) -> Stack:
+                   worker_args: tuple[str, ...] = (),
+                   orchestrator: str = DECODE_ORCHESTRATED) -> Stack:
     """The standard topology, ready; on failure its logs are printed and it is stopped.
     `worker_args` are appended to every worker's flags, then `prefill_args` to the first
-    prefill worker's (later ones win)."""
+    prefill worker's (later ones win). Frontend-orchestrated, ready also means one request went
+    through: the frontend lists the model as soon as decode registers, but serves it only once
+    a prefill worker has too."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
-        start_prefill(stack, "prefill", skip_tokenizer_init, (*worker_args, *prefill_args))
-        start_decode(stack, "decode", skip_tokenizer_init, worker_args)
+        start_prefill(stack, "prefill", skip_tokenizer_init, (*worker_args, *prefill_args),
+                      orchestrator)
+        start_decode(stack, "decode", skip_tokenizer_init, worker_args, orchestrator)
         served = [DISAGG]
         if with_agg:
             stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, *worker_args,
@@ -55,6 +67,8 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                                skip_tokenizer_init=skip_tokenizer_init)
             served.append(AGG)
         stack.wait_ready(*served)
+        if orchestrator == FRONTEND_ORCHESTRATED:
+            stack.wait_ready(DISAGG, probe=True)
     except BaseException:
         print(stack.logs())
         stack.stop()
@@ -69,15 +83,18 @@ SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-toke
 
 
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
-                          disaggregated: bool = False) -> Stack:
+                          disaggregated: bool = False,
+                          orchestrator: str = DECODE_ORCHESTRATED) -> Stack:
     """Frontend, SGLang serving `tiny-sglang` (one aggregated worker, or a prefill and a decode
-    worker), and the CPU engine's aggregated `tiny-agg` as the reference."""
+    worker orchestrated by `orchestrator`), and the CPU engine's aggregated `tiny-agg` as the
+    reference."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
         endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
         if disaggregated:
-            nixl = ("--disaggregation-transfer-backend", "nixl")
+            nixl = ("--disaggregation-transfer-backend", "nixl",
+                    "--disagg-orchestrator", orchestrator)
             stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS, *nixl,
                                "--endpoint", "dyn://dynamo.sglang_prefill.generate",
                                "--disaggregation-bootstrap-port", str(free_port()),
@@ -92,6 +109,8 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
                            "--endpoint", "dyn://dynamo.agg.generate",
                            skip_tokenizer_init=skip_tokenizer_init)
         stack.wait_ready(SGLANG, AGG)
+        if disaggregated and orchestrator == FRONTEND_ORCHESTRATED:
+            stack.wait_ready(SGLANG, probe=True)
     except BaseException:
         print(stack.logs())
         stack.stop()

@@ -2,7 +2,9 @@
 SGLang engine (SGLang's own CPU path), real NIXL.
 
 Topologies (`tests/topologies.py`) are started once per test module and shared by its tests: one
-with the frontend tokenizing (Tokens mode), one with the workers tokenizing (Text mode). The
+with the frontend tokenizing (Tokens mode; once per orchestration style, so the module's checks
+hold for both), one with the workers tokenizing (Text mode, decode-orchestrated: the frontend
+orchestrates only Tokens-mode models). The
 SGLang ones serve `tiny-sglang` (aggregated, or disaggregated) next to the CPU engine's
 `tiny-agg`, the reference for greedy output.
 """
@@ -15,11 +17,16 @@ import httpx
 import pytest
 
 from harness.topology import Stack
+from tests.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
 
 
-@pytest.fixture(scope="module")
-def tokens_stack(start_stack) -> Stack:
-    return start_stack("tokens", skip_tokenizer_init=True)
+@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+                ids=["decode-orch", "frontend-orch"])
+def tokens_stack(start_stack, request) -> Iterator[Stack]:
+    stack = start_stack(f"tokens-{request.param}", skip_tokenizer_init=True,
+                        orchestrator=request.param)
+    yield stack
+    stack.stop()  # before the next style's stack starts (the module's other stacks stay up)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """launch/disagg.sh on the CPU engine: says ready once the model is served, serves a chat,
-and on SIGTERM stops every process it started."""
+and on SIGTERM stops every process it started; with 2 prefill + 2 decode workers, the
+frontend's prefill router gives every worker requests."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def processes_mentioning(marker: str) -> list[str]:
     return [line for line in out.splitlines() if marker in line and "ps -eww" not in line]
 
 
-def test_disagg_script_serves_and_cleans_up(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("workers", [(), ("--num-prefill", "2", "--num-decode", "2")],
+                         ids=["1+1", "2+2"])
+def test_disagg_script_serves_and_cleans_up(tmp_path, tiny_model_path, workers):
     port, bootstrap = free_port(), free_port()
     log = tmp_path / "launch.log"
     env = dict(os.environ, LOG_DIR=str(tmp_path / "logs"), OMP_NUM_THREADS="1")
@@ -30,7 +33,7 @@ def test_disagg_script_serves_and_cleans_up(tmp_path, tiny_model_path):
         script = subprocess.Popen(
             [str(REPO / "launch" / "disagg.sh"), "--cpu", "--model", tiny_model_path,
              "--served-model-name", "tiny", "--http-port", str(port),
-             "--bootstrap-port", str(bootstrap), "--", "--max-total-tokens", "8192",
+             "--bootstrap-port", str(bootstrap), *workers, "--", "--max-total-tokens", "8192",
              "--cpu-num-threads", "1"],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -38,9 +41,13 @@ def test_disagg_script_serves_and_cleans_up(tmp_path, tiny_model_path):
                    or script.poll() is not None, 180, "the script to say ready")
         assert script.poll() is None, log.read_text()
         with httpx.Client(timeout=60) as http:
-            out = chat(http, f"http://127.0.0.1:{port}",
-                       {"model": "tiny", "messages": user("hi"), "max_tokens": 3})
-        assert out["usage"]["completion_tokens"] == 3
+            for i in range(4):
+                out = chat(http, f"http://127.0.0.1:{port}",
+                           {"model": "tiny", "messages": user(f"hi {i}"), "max_tokens": 3})
+                assert out["usage"]["completion_tokens"] == 3
+        served = {log.stem: log.read_text().count(" done: ")
+                  for log in (tmp_path / "logs").glob("*.log") if log.stem != "frontend"}
+        assert len(served) == (4 if workers else 2) and all(served.values()), served
         assert processes_mentioning(str(bootstrap)), "workers not found by their bootstrap port"
         script.send_signal(signal.SIGTERM)
         script.wait(60)

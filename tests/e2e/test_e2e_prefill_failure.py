@@ -1,20 +1,26 @@
 """A prefill worker that rejects, hangs or dies: a rejection is the client's 400 with the prefill's
-message, a hang a 503 within the configured bound, a death an error within the bound; the
-decode worker frees what it held, and serves again once a new prefill worker is up (the dead
-one stays listed in file discovery; the decode side retries it only after a backoff)."""
+message, a hang a 503/504 within the bound, a death an error within the bound; the decode worker
+frees what it held, and serves again once a new prefill worker is up (the dead one stays listed
+in file discovery; whoever orchestrates retries it only after a backoff). Both orchestration
+styles: decode-orchestrated (decode's --prefill-wait-timeout bounds a hang: 503) and
+frontend-orchestrated (the frontend's request plane bounds it: 504 "Request deadline exceeded"
+after about 5 s, the same bound the tests give decode)."""
 
 from __future__ import annotations
 
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import error_message, post, user
-from tests.topologies import DISAGG, PREFILL_WAIT_S, start_prefill
+from tests.topologies import (
+    DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED, PREFILL_WAIT_S, start_prefill,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -22,12 +28,24 @@ REQUEST = {"model": DISAGG, "messages": user("hello"), "max_tokens": 4, "tempera
 PREFILL_POOL = ("--max-total-tokens", "1024")
 
 
+# What a hung prefill answers the client, per style.
+HUNG_STATUS = {DECODE_ORCHESTRATED: 503, FRONTEND_ORCHESTRATED: 504}
+
+
+@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+                ids=["decode-orch", "frontend-orch"])
+def orchestrator(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def stack(start_stack) -> Stack:
+def stack(start_stack, orchestrator) -> Iterator[Stack]:
     # The prefill's KV pool (1,024 tokens) is smaller than decode's: a prompt between the two
     # passes every decode check and only the prefill engine refuses it.
-    return start_stack("failure", skip_tokenizer_init=True, with_agg=False,
-                       prefill_args=PREFILL_POOL)
+    stack = start_stack(f"failure-{orchestrator}", skip_tokenizer_init=True, with_agg=False,
+                        prefill_args=PREFILL_POOL, orchestrator=orchestrator)
+    yield stack
+    stack.stop()  # before the other style's stack starts
 
 
 def timed_post(url: str) -> tuple[httpx.Response, float]:
@@ -49,16 +67,17 @@ def test_what_the_prefill_rejects_is_a_400_with_its_message(stack):
     assert ok.status_code == 200, ok.text
 
 
-def test_hung_then_killed_prefill_fails_requests_fast_and_a_new_prefill_restores_service(stack):
+def test_hung_then_killed_prefill_fails_requests_fast_and_a_new_prefill_restores_service(
+        stack, orchestrator):
     ok, _ = timed_post(stack.url)
     assert ok.status_code == 200, ok.text
     prefill = stack.procs["prefill"]
 
-    # Hung prefill: no bootstrap info ever comes; the wait is bounded by --prefill-wait-timeout
-    # and the client gets a 503 (the 1.6.1 frontend words it; the worker logs the reason).
+    # Hung prefill: no bootstrap info ever comes; the wait is bounded (module docstring) and
+    # the client gets a 503 or 504 (the 1.6.1 frontend words it; the worker logs the reason).
     prefill.signal_group(signal.SIGSTOP)
     r, elapsed = timed_post(stack.url)
-    assert r.status_code == 503, r.text
+    assert r.status_code == HUNG_STATUS[orchestrator], r.text
     assert elapsed < PREFILL_WAIT_S + 10, elapsed
 
     # Killed mid-request: a request is waiting on the frozen prefill when it dies.
@@ -79,7 +98,7 @@ def test_hung_then_killed_prefill_fails_requests_fast_and_a_new_prefill_restores
     # A new prefill worker: decode serves again.
     prefill.popen.wait(10)
     del stack.procs["prefill"]
-    start_prefill(stack, "prefill2", skip_tokenizer_init=True)
+    start_prefill(stack, "prefill2", skip_tokenizer_init=True, orchestrator=orchestrator)
 
     def served() -> bool:
         stack.check_alive()

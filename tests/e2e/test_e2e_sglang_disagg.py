@@ -4,6 +4,9 @@ also on a radix-cache hit in the prefill and streamed; a cancelled request leave
 either engine; the prefill was warmed up before it served.
 
 One stack per input mode for the module (two SGLang engines start in ~40 s here), on `tiny`.
+Tokens mode runs frontend-orchestrated (Dynamo 1.6.1's style: the frontend sends both legs the
+room), Text mode decode-orchestrated (the only style for Text mode), so both styles meet the real
+SGLang engine without a third stack; the CPU engine's e2e modules run each check in both.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import httpx
 import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
-from tests.topologies import AGG, SGLANG, start_sglang_topology
+from tests.topologies import (
+    AGG, DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_topology,
+)
 from harness.topology import wait_until
 from tests.structured_schemas import SCHEMAS, assert_valid, structured_body
 
@@ -21,11 +26,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 GREEDY = {"temperature": 0.0, "max_tokens": 10, "ignore_eos": True}
 
 
+ORCHESTRATOR = {"tokens": FRONTEND_ORCHESTRATED, "text": DECODE_ORCHESTRATED}
+
+
 @pytest.fixture(scope="module", params=["tokens", "text"])
 def stack(request, tmp_path_factory, tiny_model_path):
     stack = start_sglang_topology(tmp_path_factory.mktemp(f"sglang-disagg-{request.param}"),
                                   tiny_model_path, skip_tokenizer_init=request.param == "tokens",
-                                  disaggregated=True)
+                                  disaggregated=True, orchestrator=ORCHESTRATOR[request.param])
     stack.mode = request.param
     yield stack
     stack.stop()

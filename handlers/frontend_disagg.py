@@ -1,0 +1,79 @@
+"""The wire of frontend-orchestrated disaggregation (Dynamo 1.6.1's own style;
+docs/architecture.md, "Two orchestration styles").
+
+The frontend's prefill router picks a prefill and a decode worker and sends both the same
+`bootstrap_info` (host and port the prefill worker registered, a room the frontend drew):
+- the prefill leg gets the flat preprocessed request (its `max_tokens` already 1) and must answer
+  with `disaggregated_params` in its FIRST item, then keep its stream open until its engine is
+  done (the frontend holds decode's finish chunk until then);
+- the decode leg gets the client's request plus `bootstrap_info`, which it cannot serve without.
+"""
+
+from typing import Any, Optional
+
+from handlers.errors import RequestError
+from handlers.sampling import tokens_sampling_params
+from handlers.unsupported import check_tokens_request
+from protocol.bootstrap import BootstrapInfo
+from protocol.disagg import PrefillDone
+from protocol.preprocessed import PreprocessedRequest
+from protocol.validation import ProtocolError, parse
+
+ORCHESTRATORS = ("frontend", "decode")
+BOOTSTRAP_KEY = "bootstrap_info"
+PARAMS_KEY = "disaggregated_params"
+
+
+def request_bootstrap(request: dict[str, Any], required: bool) -> Optional[BootstrapInfo]:
+    """The `bootstrap_info` the frontend injected; a missing one is a clear 400 on decode,
+    where Dynamo's own handler fails the same request with a 500."""
+    raw = request.get(BOOTSTRAP_KEY)
+    if raw is None:
+        if required:
+            raise RequestError(
+                f"{BOOTSTRAP_KEY} is required for frontend-orchestrated disaggregated decode "
+                "but was not provided (the Dynamo frontend's prefill router adds it; send "
+                "requests through the frontend, or run the decode worker with "
+                "--disagg-orchestrator decode)")
+        return None
+    try:
+        return parse(BootstrapInfo, raw)
+    except ProtocolError as exc:
+        raise RequestError(f"{BOOTSTRAP_KEY}: {exc}") from None
+
+
+def check_one_choice(n: Optional[int]) -> None:
+    """One room carries one sequence's KV (Dynamo rejects n > 1 in disaggregated mode too)."""
+    if n not in (None, 1):
+        raise RequestError(
+            f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}")
+
+
+def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+    """The flat request's ids and SGLang sampling params for computing the prompt's KV and the
+    first token: one sequence, one new token. The frontend sends both legs at once, so prefill
+    refuses what decode refuses: otherwise its engine would hold the prompt's KV for a decode
+    that never joins the room, until the bootstrap timeout."""
+    try:
+        req = parse(PreprocessedRequest, request)
+    except ProtocolError as exc:
+        raise RequestError(str(exc)) from None
+    check_tokens_request(req)
+    check_one_choice(req.sampling_options.n)
+    ids = req.token_ids
+    params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
+                                    skip_tokenizer_init=True)
+    params.update(max_new_tokens=1, n=1)
+    return ids, params
+
+
+def first_item(boot: BootstrapInfo) -> dict[str, Any]:
+    """Prefill's first item in 1.6.1's shape: no tokens, where decode's engine meets ours."""
+    return {"token_ids": [], "text": None, "finish_reason": None,
+            PARAMS_KEY: boot.model_dump()}
+
+
+def last_item(done: PrefillDone) -> dict[str, Any]:
+    """Prefill's last item: the KV-cache hit the router may account for, no tokens."""
+    hit = {"prompt_tokens": done.prompt_tokens, "reused_tokens": done.cached_tokens}
+    return {"token_ids": [], "engine_data": {"kv_cache_hit": hit}}
