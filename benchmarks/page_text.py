@@ -118,6 +118,19 @@ and detokenization, the request plane, the handler (and, disaggregated, the seco
 hand-off), against the same engine called in-process.
 """
 
+TOKEN_CPU = """\
+`python -m benchmarks.bench_token_cpu`: where each output token's CPU goes. 16 closed-loop
+streams of short prompts on the `tiny` model through the real frontend, while the CPU time of
+every thread of every process is read from `/proc/<pid>/task/<tid>/schedstat` before and after
+the load; each figure is CPU microseconds per output token. A worker's threads are split into
+its event loop (the main thread), the engine thread (`cpu-engine`) and the rest (Dynamo's Rust
+runtime: request plane and the Rust <-> Python bridge); `client` is the benchmark's own process
+(the HTTP client; for `engine` also the engine). Dynamo's Rust `dynamo.mocker` behind the same
+frontend is the reference for the frontend's share and for what a native worker costs per token.
+On 2 cores every process competes with the others, so the tok/s ratios are bounded by the sum of
+all columns, not by the worker alone.
+"""
+
 ENGINE = """\
 `python -m benchmarks.bench_engine` (context for the absolute numbers above): the CPU engine alone
 on the `small` model with one torch thread: prefill tokens/s by prompt length, decode tokens/s at
@@ -136,6 +149,7 @@ token, prefill included. The arms alternate within each repetition after one war
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
+    ("token_cpu", "CPU per output token, by process and thread", TOKEN_CPU),
     ("stream_overhead", "Streaming overhead of the decode handler", STREAM),
     ("preprocess_loop", "Event-loop responsiveness during framework tokenization", PREPROCESS),
     ("bench_kv_transfer", "KV transfer bandwidth: NIXL vs a same-process copy", KV),

@@ -36,6 +36,7 @@ if [[ $QUICK == 1 ]]; then
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
+    TOKEN_CPU_ARGS=(--quick)
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -46,6 +47,7 @@ else
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
+    TOKEN_CPU_ARGS=(--runs 3)
 fi
 
 failed=()
@@ -68,6 +70,7 @@ run preprocess_loop bench_preprocess_loop "${PREPROCESS_ARGS[@]}"
 run bench_kv_transfer bench_kv_transfer "${KV_ARGS[@]}"
 run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
 run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
+run token_cpu bench_token_cpu "${TOKEN_CPU_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"

@@ -95,6 +95,8 @@ def headline(name: str, data: dict) -> list[str]:
             + ("**OK**" if not problems else "; ".join(problems))
         )
         return lines
+    if name == "token_cpu":
+        return list(data.get("goals") or [])
     if name == "stream_overhead":
         m, drift = data.get("marginal_us_per_chunk") or {}, data.get("ratio_drift") or {}
         return [
