@@ -5,7 +5,11 @@
 - a request refused before it runs (bad sampling parameters, input too long, ...) raises
   ``ValueError`` with the message, on the first read or from the awaited call;
 - a 400 abort after chunks went out is the stream's last chunk; without streaming it raises;
-- a consumer that stops reading (closes, is cancelled) aborts the request.
+- a consumer that stops reading (closes, is cancelled) aborts the request;
+- chunks that queued up while the consumer was busy are read as one (their ids and text joined,
+  the latest meta_info), like ``--stream-interval`` does for a consumer that falls behind: fewer
+  items cross into the caller (and Dynamo's runtime) per token, and nothing waits for a merge,
+  so the first token is never delayed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ async def stream_chunks(start: Start, abort: Abort) -> AsyncIterator[Chunk]:
     try:
         while not finished:
             chunk = await queue.get()
+            while chunk["meta_info"]["finish_reason"] is None and not queue.empty():
+                chunk = _merge(chunk, queue.get_nowait())
             finished = chunk["meta_info"]["finish_reason"] is not None
             if first and finished:
                 _raise_if_refused(chunk)
@@ -49,6 +55,24 @@ async def final_chunk(start: Start, abort: Abort) -> Chunk:
     except asyncio.CancelledError:  # the request must not keep running (and holding KV)
         abort()
         raise
+
+
+# meta_info keys that, like output_ids, carry only the new tokens' entries in an incremental stream.
+_INCREMENTAL_META = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
+
+
+def _merge(first: Chunk, later: Chunk) -> Chunk:
+    """One chunk carrying `first`'s then `later`'s new tokens (both of one request, in order)."""
+    merged = dict(later)
+    merged["output_ids"] = first["output_ids"] + later["output_ids"]
+    if "text" in first:
+        merged["text"] = first["text"] + later.get("text", "")
+    meta, old = dict(later["meta_info"]), first["meta_info"]
+    for key in _INCREMENTAL_META:
+        if isinstance(old.get(key), list) and isinstance(meta.get(key, []), list):
+            meta[key] = old[key] + meta.get(key, [])
+    merged["meta_info"] = meta
+    return merged
 
 
 def _raise_if_refused(chunk: Chunk) -> None:
