@@ -7,9 +7,9 @@
 - a 400 abort after chunks went out is the stream's last chunk; without streaming it raises;
 - a consumer that stops reading (closes, is cancelled) aborts the request;
 - chunks that queued up while the consumer was busy are read as one (their ids and text joined,
-  the latest meta_info), like ``--stream-interval`` does for a consumer that falls behind: fewer
-  items cross into the caller (and Dynamo's runtime) per token, and nothing waits for a merge,
-  so the first token is never delayed.
+  the latest meta_info, incremental logprob lists joined), as SGLang's TokenizerManager
+  coalesces an incremental stream's backlog: fewer items cross into the caller (and Dynamo's
+  runtime) per token, and nothing waits for a merge, so the first token is never delayed.
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ async def final_chunk(start: Start, abort: Abort) -> Chunk:
         raise
 
 
-# meta_info keys that, like output_ids, carry only the new tokens' entries in an incremental stream.
-_INCREMENTAL_META = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
+# meta_info keys that, like output_ids, carry only the new tokens' entries in an incremental
+# stream (SGLang 0.5.23's _INCREMENTAL_STREAMING_META_INFO_KEYS).
+_INCREMENTAL_META = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs",
+                     "output_token_sampling_mask", "output_token_sampling_logprobs")
 
 
 def _merge(first: Chunk, later: Chunk) -> Chunk:
