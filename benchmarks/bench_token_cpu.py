@@ -112,6 +112,9 @@ async def measure(args, sends: dict, stacks: dict[str, Stack], prompts, ttft_pro
             run["cpu_s"] = cpu
             run["cpu_s_by_thread_name"] = sampler.by_name
             run["tokens"] = sum(r.tokens_received for r in loaded if r.ok)
+            # Each token-carrying chunk but the first has one ITL: chunks = ITLs + 1 per request.
+            chunks = sum(len(r.itls) + 1 for r in loaded if r.ok and r.tokens_received)
+            run["tokens_per_chunk"] = run["tokens"] / chunks if chunks else float("nan")
             runs[name].append(run)
             logger.info("run %d %s: %.0f tok/s", rep, name, run["output_tok_per_s"])
     return runs

@@ -8,7 +8,7 @@ from benchmarks.common import fmt, format_table, median, median_of_runs
 
 # The arm's worker process that serves the frontend, and the other worker (disagg's prefill).
 WORKER = {"agg": "agg", "disagg": "decode", "mocker": "mocker"}
-HEADERS = ["arm", "tok/s", "x engine", "TTFT c=1 p50 ms", "+ms vs engine", "frontend",
+HEADERS = ["arm", "tok/s", "x engine", "tok/chunk", "TTFT c=1 p50 ms", "+ms vs engine", "frontend",
            "worker loop", "worker bridge", "worker outside engine", "engine thread",
            "prefill worker", "client"]
 
@@ -40,7 +40,7 @@ def row(name: str, s: dict, engine: dict | None) -> list:
     base_tok = engine["metrics"]["output_tok_per_s"] if engine else float("nan")
     base_ttft = engine["metrics"]["ttft_c1_p50_ms"] if engine else float("nan")
     dash = float("nan")
-    return [name, m["output_tok_per_s"], m["output_tok_per_s"] / base_tok,
+    return [name, m["output_tok_per_s"], m["output_tok_per_s"] / base_tok, m["tokens_per_chunk"],
             m["ttft_c1_p50_ms"], m["ttft_c1_p50_ms"] - base_ttft,
             us.get("frontend", dash),
             us.get(f"{worker}.loop", dash) if name != "mocker" else dash,
@@ -60,6 +60,12 @@ def goals(summaries: dict) -> list[str]:
                      f"at {fmt(agg['metrics']['output_tok_per_s'], 0)})")
         lines.append(f"frontend CPU per token, agg / mocker: "
                      f"{fmt(agg['us_per_token']['frontend'] / mock['us_per_token']['frontend'])}x")
+    if agg:
+        whole = agg["us_per_token"]["agg"]
+        lines.append(f"agg worker process, all threads: {fmt(whole, 0)} us per token; its Python "
+                     f"threads share one GIL, so it serves at most about {fmt(1e6 / whole, 0)} "
+                     f"tok/s (engine thread {fmt(agg['us_per_token'].get('agg.engine'), 0)} us "
+                     "of it)")
     if agg and eng:
         am, em = agg["metrics"], eng["metrics"]
         lines.append(f"agg tok/s at concurrency {am.get('concurrency', '?')} / the engine's "
