@@ -95,7 +95,10 @@ over UCX between two processes, the decode side registered first) against a same
 `torch` `copy_` of the same bytes with one thread, at the KV sizes of 128- to 4,096-token prompts
 on the `small` model (16 KiB per token, 64 runs per request, laid out as the engine's KV pool).
 The NIXL time includes building descriptors, posting the WRITE and polling it to completion; the
-data is verified on the decode side.
+data is verified on the decode side. A third arm times the kernel's cross-process copy
+(`process_vm_writev`, pointed at this process) of the same runs: on one host UCX moves the WRITE
+with exactly that call (its `cma` transport; tcp carries only the notification), so it is the
+bound NIXL can reach here. Both pools sit on transparent huge pages, as the engine's does.
 """
 
 TTFT = """\
@@ -127,8 +130,10 @@ its event loop (the main thread), the engine thread (`cpu-engine`) and the rest 
 runtime: request plane and the Rust <-> Python bridge); `client` is the benchmark's own process
 (the HTTP client; for `engine` also the engine). Dynamo's Rust `dynamo.mocker` behind the same
 frontend is the reference for the frontend's share and for what a native worker costs per token.
-On 2 cores every process competes with the others, so the tok/s ratios are bounded by the sum of
-all columns, not by the worker alone.
+What bounds the worker's tok/s: its Python threads (engine thread, event loop, the runtime's calls
+into Python) share one GIL, so its CPU per token in all threads caps its rate (the line below the
+table), and the engine thread's own share, which the in-process engine pays too, is the larger
+part; every process of the stack also shares the 2 cores.
 """
 
 ENGINE = """\

@@ -68,7 +68,7 @@ def goals(summaries: dict) -> list[str]:
                      "of it)")
     if agg and eng:
         am, em = agg["metrics"], eng["metrics"]
-        lines.append(f"agg tok/s at concurrency {am.get('concurrency', '?')} / the engine's "
+        lines.append(f"agg tok/s at concurrency {int(am['concurrency'])} / the engine's "
                      f"in-process: **{fmt(am['output_tok_per_s'] / em['output_tok_per_s'])}x** "
                      f"(goal >= 0.85)")
         lines.append(f"agg TTFT p50 at concurrency 1 over the engine's: "
