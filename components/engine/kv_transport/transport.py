@@ -74,8 +74,8 @@ logger = logging.getLogger(__name__)
 
 ROLES = ("prefill", "decode")
 # While NIXL work is pending, wait on ZMQ in 1 ms slices (its finest timeout) between UCX
-# progress calls: a notification waits at most that long before decode takes the KV. (Slices
-# that grew with the wait, up to 5 ms, put 2-5 ms between the WRITE and the first token.)
+# progress calls: an arrived notification waits at most one slice for decode to see it (slices
+# that grew with the wait, up to 5 ms, could hold it that long).
 _SLICE_S = 0.001
 
 
