@@ -7,7 +7,9 @@ Arms, per size:
           runs from ``add_prefill`` (descriptors, WRITE post) to ``TransferDone`` (the prefill
           polls without sleeping, so no poll slice is counted);
   copy  - ``dst.copy_(src)`` of the same runs between two pools in this process, 1 torch thread
-          (the baseline: a single-threaded memcpy of the same bytes).
+          (the baseline: a single-threaded memcpy of the same bytes);
+  kernel - the same runs copied by ``process_vm_writev`` (benchmarks/kernel_copy.py), the kernel
+          call UCX's ``cma`` transport makes for a same-host WRITE: what bounds NIXL here.
 The first transfer (UCX wire-up) is reported apart. Every size's data is verified on the decode
 side. Median of --runs (>= 3).
 
@@ -23,6 +25,7 @@ import torch
 
 from benchmarks.common import (format_table, limit_cpu_threads, median, new_figure, ratio,
                                results_dir, save_figure, write_json)
+from benchmarks.kernel_copy import kernel_copy_s
 from benchmarks.kv_peer import (HEAD_DIM, HOST, KV_HEADS, LAYERS, TIMEOUT_S, DecodePeer,
                                  make_pool, region)
 from components.engine.kv_pool import KVPool
@@ -60,13 +63,16 @@ def nixl_once(transport: KVTransport, pool: KVPool, peer: DecodePeer, room: int,
     return elapsed
 
 
-def copy_once(src_pool: KVPool, dst_pool: KVPool, tokens: int) -> float:
+def copy_once(src_pool: KVPool, dst_pool: KVPool, tokens: int, kernel: bool = False) -> float:
     a, b = src_pool.allocate(tokens), dst_pool.allocate(tokens)
     src, dst = region(src_pool, a, tokens), region(dst_pool, b, tokens)
     src.normal_()
-    t0 = time.perf_counter()
-    dst.copy_(src)
-    elapsed = time.perf_counter() - t0
+    if kernel:
+        elapsed = kernel_copy_s(src_pool.token_runs(a, tokens), dst_pool.token_runs(b, tokens))
+    else:
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        elapsed = time.perf_counter() - t0
     assert torch.equal(src, dst)
     src_pool.free(a)
     dst_pool.free(b)
@@ -84,16 +90,20 @@ def run(runs: int, out_dir) -> dict:
         first_ms = nixl_once(transport, pool, peer, room, 16) * 1e3  # UCX wire-up
         for tokens in SIZES:
             nbytes = tokens * LAYERS * 2 * KV_HEADS * HEAD_DIM * 4
-            nixl_s, copy_s = [], []
+            nixl_s, copy_s, kernel_s = [], [], []
             for _ in range(runs):
                 room += 1
                 nixl_s.append(nixl_once(transport, pool, peer, room, tokens))
                 copy_s.append(copy_once(pool, other, tokens))
+                kernel_s.append(copy_once(pool, other, tokens, kernel=True))
             nixl_gbs, copy_gbs = nbytes / median(nixl_s) / 1e9, nbytes / median(copy_s) / 1e9
+            kernel_gbs = nbytes / median(kernel_s) / 1e9
             rows.append({"tokens": tokens, "mib": nbytes / 2**20,
                          "nixl_ms": median(nixl_s) * 1e3, "nixl_gbs": nixl_gbs,
                          "copy_ms": median(copy_s) * 1e3, "copy_gbs": copy_gbs,
-                         "nixl_vs_copy": ratio(nixl_gbs, copy_gbs)})
+                         "nixl_vs_copy": ratio(nixl_gbs, copy_gbs), "kernel_gbs": kernel_gbs,
+                         "kernel_vs_copy": ratio(kernel_gbs, copy_gbs),
+                         "nixl_vs_kernel": ratio(nixl_gbs, kernel_gbs)})
     finally:
         transport.close()
         peer.close()
@@ -102,9 +112,10 @@ def run(runs: int, out_dir) -> dict:
 
 def report(result: dict, out_dir) -> None:
     headers = ["prompt tokens", "KV MiB", "NIXL ms", "NIXL GB/s", "copy_ ms", "copy_ GB/s",
-               "NIXL/copy_"]
+               "NIXL/copy_", "kernel GB/s", "kernel/copy_", "NIXL/kernel"]
     table = [[r["tokens"], r["mib"], r["nixl_ms"], r["nixl_gbs"], r["copy_ms"], r["copy_gbs"],
-              r["nixl_vs_copy"]] for r in result["rows"]]
+              r["nixl_vs_copy"], r["kernel_gbs"], r["kernel_vs_copy"], r["nixl_vs_kernel"]]
+             for r in result["rows"]]
     print(format_table(headers, table))
     print(f"first transfer (UCX wire-up, 16 tokens): {result['first_transfer_ms']:.2f} ms; "
           f"median of {result['runs']} runs")

@@ -95,7 +95,10 @@ over UCX between two processes, the decode side registered first) against a same
 `torch` `copy_` of the same bytes with one thread, at the KV sizes of 128- to 4,096-token prompts
 on the `small` model (16 KiB per token, 64 runs per request, laid out as the engine's KV pool).
 The NIXL time includes building descriptors, posting the WRITE and polling it to completion; the
-data is verified on the decode side.
+data is verified on the decode side. A third arm times the kernel's cross-process copy
+(`process_vm_writev`, pointed at this process) of the same runs: on one host UCX moves the WRITE
+with exactly that call (its `cma` transport; tcp carries only the notification), so it is the
+bound NIXL can reach here. Both pools sit on transparent huge pages, as the engine's does.
 """
 
 TTFT = """\
@@ -116,6 +119,21 @@ millisecond), with an open-loop run added. Compute almost vanishes, so what is l
 per request and per token of the serving path itself: HTTP and SSE, the frontend's tokenization
 and detokenization, the request plane, the handler (and, disaggregated, the second hop and the KV
 hand-off), against the same engine called in-process.
+"""
+
+TOKEN_CPU = """\
+`python -m benchmarks.bench_token_cpu`: where each output token's CPU goes. 16 closed-loop
+streams of short prompts on the `tiny` model through the real frontend, while the CPU time of
+every thread of every process is read from `/proc/<pid>/task/<tid>/schedstat` before and after
+the load; each figure is CPU microseconds per output token. A worker's threads are split into
+its event loop (the main thread), the engine thread (`cpu-engine`) and the rest (Dynamo's Rust
+runtime: request plane and the Rust <-> Python bridge); `client` is the benchmark's own process
+(the HTTP client; for `engine` also the engine). Dynamo's Rust `dynamo.mocker` behind the same
+frontend is the reference for the frontend's share and for what a native worker costs per token.
+What bounds the worker's tok/s: its Python threads (engine thread, event loop, the runtime's calls
+into Python) share one GIL, so its CPU per token in all threads caps its rate (the line below the
+table), and the engine thread's own share, which the in-process engine pays too, is the larger
+part; every process of the stack also shares the 2 cores.
 """
 
 ENGINE = """\
@@ -152,6 +170,7 @@ longer (xgrammar's per-token cost grows with the tokens its cache cannot precomp
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
+    ("token_cpu", "CPU per output token, by process and thread", TOKEN_CPU),
     ("stream_overhead", "Streaming overhead of the decode handler", STREAM),
     ("preprocess_loop", "Event-loop responsiveness during framework tokenization", PREPROCESS),
     ("bench_kv_transfer", "KV transfer bandwidth: NIXL vs a same-process copy", KV),

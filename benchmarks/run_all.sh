@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 8 minutes on 2 idle cores (10 when busy).
+# tables are collected in results/summary.md. About 10 minutes on 2 idle cores (12 when busy).
 #
 #   bash benchmarks/run_all.sh             # the full run
 #   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~3 minutes)
@@ -40,6 +40,7 @@ if [[ $QUICK == 1 ]]; then
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
     SERVING_STYLES_ARGS=(--quick --tag styles --arms disagg,disagg-decode)
+    TOKEN_CPU_ARGS=(--quick)
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -55,6 +56,7 @@ else
     CHOICES_ARGS=(--runs 3)
     # Frontend- vs decode-orchestrated disaggregation (docs/architecture.md).
     SERVING_STYLES_ARGS=(--runs 3 --tag styles --arms disagg,disagg-decode --concurrency 1,16)
+    TOKEN_CPU_ARGS=(--runs 3)
 fi
 
 failed=()
@@ -77,6 +79,7 @@ run preprocess_loop bench_preprocess_loop "${PREPROCESS_ARGS[@]}"
 run bench_kv_transfer bench_kv_transfer "${KV_ARGS[@]}"
 run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
 run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
+run token_cpu bench_token_cpu "${TOKEN_CPU_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run serving_styles bench_serving "${SERVING_STYLES_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"

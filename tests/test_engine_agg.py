@@ -83,11 +83,15 @@ async def test_stream_chunks_are_incremental_deltas(engine, tok):
     chunks = await drain(await engine.async_generate(prompt="Hello there", sampling_params=params,
                                                      stream=True, rid="stream-1"))
     final = await engine.async_generate(prompt="Hello there", sampling_params=params)
+    sent = 0
     for i, chunk in enumerate(chunks):
         assert_chunk_shape(chunk, with_text=True)
         assert chunk["meta_info"]["id"] == "stream-1"
-        assert len(chunk["output_ids"]) == 1  # stream_interval 1: one new token per chunk
-        assert chunk["meta_info"]["completion_tokens"] == i + 1
+        # stream_interval 1: one new token per chunk, unless several queued up while this
+        # consumer was busy (then they arrive as one, as SGLang coalesces them)
+        assert len(chunk["output_ids"]) >= 1
+        sent += len(chunk["output_ids"])
+        assert chunk["meta_info"]["completion_tokens"] == sent
         assert (chunk["meta_info"]["finish_reason"] is None) == (i < len(chunks) - 1)
     ids = [t for c in chunks for t in c["output_ids"]]
     assert ids == final["output_ids"] and len(ids) == 24
@@ -100,7 +104,11 @@ async def test_stream_interval_batches_tokens(engine):
     params = {**GREEDY, "max_new_tokens": 10, "stream_interval": 4}
     chunks = await drain(await engine.async_generate(input_ids=[5, 6, 7], sampling_params=params,
                                                      stream=True))
-    assert [len(c["output_ids"]) for c in chunks] == [1, 4, 4, 1]
+    # Chunks end only on the interval's grid (the first token at once, then every 4, then the
+    # rest); a consumer that falls behind gets adjacent chunks joined, never split.
+    ends = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert ends[-1] == 10 and set(ends) <= {1, 5, 9, 10}
+    assert [len(c["output_ids"]) for c in chunks] == [b - a for a, b in zip([0] + ends, ends)]
 
 
 async def test_stop_string_is_not_emitted(engine):

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from components.engine.kv_transport.events import TransferDone, TransferFailed
-from components.engine.kv_transport.runs import check_within, pair_runs
+from components.engine.kv_transport.runs import check_within, coalesce, pair_runs
 from protocol.kv_side_channel import (
     Abort,
     AbortAck,
@@ -37,6 +37,16 @@ def test_pair_runs_identity_and_refinement():
     src, dst = pair_runs([(100, 10), (200, 30)], [(0, 25), (50, 15)])
     assert src == [(100, 10), (200, 15), (215, 15)]
     assert dst == [(0, 10), (10, 15), (50, 15)]
+
+
+def test_coalesce_joins_only_runs_adjacent_on_both_sides():
+    # 0-10 + 10-20 continue each other on both sides: one run; the third starts a gap on dst.
+    src, dst = coalesce([(0, 10), (10, 10), (20, 5)], [(100, 10), (110, 10), (200, 5)])
+    assert (src, dst) == ([(0, 20), (20, 5)], [(100, 20), (200, 5)])
+    # Adjacent on one side only: kept apart (the bytes would land in the wrong place).
+    assert coalesce([(0, 10), (10, 10)], [(100, 10), (300, 10)]) == (
+        [(0, 10), (10, 10)], [(100, 10), (300, 10)])
+    assert coalesce([], []) == ([], [])
 
 
 def test_pair_runs_size_mismatch_names_both_sides():

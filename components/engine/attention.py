@@ -46,8 +46,11 @@ class StepMeta:
 
     @classmethod
     def build(cls, pool: KVPool, segments: list[Segment]) -> "StepMeta":
-        pos = torch.cat([torch.arange(s.start + s.offset, s.start + s.offset + s.length)
-                         for s in segments])
+        if all(s.length == 1 for s in segments):  # a decode step: one tensor, not one per row
+            pos = torch.tensor([s.start + s.offset for s in segments], dtype=torch.long)
+        else:
+            pos = torch.cat([torch.arange(s.start + s.offset, s.start + s.offset + s.length)
+                             for s in segments])
         return cls(pool=pool, segments=segments, write_pos=pos)
 
 

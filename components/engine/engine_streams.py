@@ -7,7 +7,12 @@
 - a 400 abort after chunks went out is the stream's last chunk; without streaming it raises;
 - a consumer that stops reading (closes, is cancelled) aborts the request;
 - with ``n > 1`` the stream carries every choice's chunks (each tagged ``index``) until all have
-  finished, and without streaming the result is the list of the choices' final outputs.
+  finished, and without streaming the result is the list of the choices' final outputs;
+- chunks that queued up while the consumer was busy are read as one (their ids and text joined,
+  the latest meta_info, incremental logprob lists joined), as SGLang's TokenizerManager
+  coalesces an incremental stream's backlog (one choice's only:
+  with ``n > 1`` the choices' chunks interleave): fewer items cross into the caller (and Dynamo's
+  runtime) per token, and nothing waits for a merge, so the first token is never delayed.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ async def stream_chunks(start: Start, abort: Abort, choices: int = 1) -> AsyncIt
     try:
         while finished < choices:
             chunk = await queue.get()
+            while (choices == 1 and chunk["meta_info"]["finish_reason"] is None
+                   and not queue.empty()):
+                chunk = _merge(chunk, queue.get_nowait())
             done = chunk["meta_info"]["finish_reason"] is not None
             if first and done:
                 raise_if_refused(chunk)
@@ -60,6 +68,26 @@ async def final_chunk(start: Start, abort: Abort, choices: int = 1) -> Chunk | l
     except asyncio.CancelledError:  # the request must not keep running (and holding KV)
         abort()
         raise
+
+
+# meta_info keys that, like output_ids, carry only the new tokens' entries in an incremental
+# stream (SGLang 0.5.23's _INCREMENTAL_STREAMING_META_INFO_KEYS).
+_INCREMENTAL_META = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs",
+                     "output_token_sampling_mask", "output_token_sampling_logprobs")
+
+
+def _merge(first: Chunk, later: Chunk) -> Chunk:
+    """One chunk carrying `first`'s then `later`'s new tokens (both of one request, in order)."""
+    merged = dict(later)
+    merged["output_ids"] = first["output_ids"] + later["output_ids"]
+    if "text" in first:
+        merged["text"] = first["text"] + later.get("text", "")
+    meta, old = dict(later["meta_info"]), first["meta_info"]
+    for key in _INCREMENTAL_META:
+        if isinstance(old.get(key), list) and isinstance(meta.get(key, []), list):
+            meta[key] = old[key] + meta.get(key, [])
+    merged["meta_info"] = meta
+    return merged
 
 
 def raise_if_refused(chunk: Chunk) -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from components.engine.host_memory import zeroed_tensor
+
 logger = logging.getLogger(__name__)
 
 
@@ -96,9 +98,9 @@ class KVPool:
         self.page_size = page_size
         self.num_pages = num_pages
         self.num_tokens = num_pages * page_size
-        # zeros, not empty: the pages are touched once here rather than on the first requests.
-        self.tensor = torch.zeros(
-            (num_layers, 2, num_kv_heads, self.num_tokens, head_dim), dtype=dtype
+        # Zeroed (pages touched once here, not on the first requests), on huge pages.
+        self.tensor, self._mapping = zeroed_tensor(
+            (num_layers, 2, num_kv_heads, self.num_tokens, head_dim), dtype
         )
         self._alloc = ExtentAllocator(num_pages)
         self.element_size = self.tensor.element_size()

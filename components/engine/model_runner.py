@@ -51,14 +51,18 @@ class ModelRunner:
             segments.append(Segment(seq.start_tok, chunk.begin, n))
             if chunk.completes_prompt:
                 keep.append(len(tokens) - 1)
+        decode_positions: list[int] = []  # one tensor for all decode rows, not one per row
         for seq in batch.decode:
             tokens.append(seq.output_ids[-1])
-            positions.append(torch.tensor([seq.kv_len]))
+            decode_positions.append(seq.kv_len)
             segments.append(Segment(seq.start_tok, seq.kv_len, 1))
             keep.append(len(tokens) - 1)
+        if decode_positions:
+            positions.append(torch.tensor(decode_positions, dtype=torch.long))
+        position_ids = torch.cat(positions) if len(positions) > 1 else positions[0]
         out = self.model(
             input_ids=torch.tensor([tokens], dtype=torch.long),
-            position_ids=torch.cat(positions).unsqueeze(0),
+            position_ids=position_ids.unsqueeze(0),
             use_cache=False,
             logits_to_keep=torch.tensor(keep, dtype=torch.long),
             kv_meta=StepMeta.build(self.pool, segments),

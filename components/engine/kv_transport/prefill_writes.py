@@ -21,7 +21,7 @@ from components.engine.kv_transport.events import (
 )
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peers import Throttle, Tombstones
-from components.engine.kv_transport.runs import Run, pair_runs, total_bytes
+from components.engine.kv_transport.runs import Run, coalesce, pair_runs, total_bytes
 from protocol.kv_side_channel import Abort, AbortAck, Holding, KVNotif, encode
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class PrefillWrites:
     def _start(self, r: PrefillRoom) -> None:
         reg = r.reg
         try:
-            src, dst = pair_runs(r.runs, reg.runs)
+            src, dst = coalesce(*pair_runs(r.runs, reg.runs))
             notif = encode(KVNotif(room=r.room, first_token=r.first_token))
             r.handle, state = self._nixl.write(reg.agent, src, dst, notif)
         except (ValueError, *self._nixl.errors) as exc:

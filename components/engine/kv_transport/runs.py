@@ -43,6 +43,22 @@ def pair_runs(src: list[Run], dst: list[Run]) -> tuple[list[Run], list[Run]]:
     return out_src, out_dst
 
 
+def coalesce(src: list[Run], dst: list[Run]) -> tuple[list[Run], list[Run]]:
+    """Join consecutive pairs that continue each other on both sides: fewer, longer descriptors
+    per WRITE (a room that spans whole pool planes becomes one run)."""
+    out_src: list[Run] = []
+    out_dst: list[Run] = []
+    for (s_addr, n), (d_addr, _) in zip(src, dst):
+        if out_src and out_src[-1][0] + out_src[-1][1] == s_addr \
+                and out_dst[-1][0] + out_dst[-1][1] == d_addr:
+            out_src[-1] = (out_src[-1][0], out_src[-1][1] + n)
+            out_dst[-1] = (out_dst[-1][0], out_dst[-1][1] + n)
+        else:
+            out_src.append((s_addr, n))
+            out_dst.append((d_addr, n))
+    return out_src, out_dst
+
+
 def check_within(runs: list[Run], base: int, nbytes: int, what: str) -> None:
     """ValueError unless every run is non-empty and inside ``[base, base + nbytes)``."""
     if not runs:

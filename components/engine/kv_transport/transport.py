@@ -74,10 +74,10 @@ __all__ = ["KVTransport"]
 logger = logging.getLogger(__name__)
 
 ROLES = ("prefill", "decode")
-# While NIXL work is pending, wait on ZMQ in slices between UCX progress calls: 1 ms at first,
-# growing with the wait (1 % of it, at most 5 ms) so a long wait costs little CPU and its
-# notification latency stays negligible next to it.
-_MIN_SLICE_S, _MAX_SLICE_S = 0.001, 0.005
+# While NIXL work is pending, wait on ZMQ in 1 ms slices (its finest timeout) between UCX
+# progress calls: an arrived notification waits at most one slice for decode to see it (slices
+# that grew with the wait, up to 5 ms, could hold it that long).
+_SLICE_S = 0.001
 
 
 class KVTransport:
@@ -213,7 +213,7 @@ class KVTransport:
             wait = min(wait, deadline - now)
         since = self._side.progress_since()
         if since is not None:
-            wait = min(wait, max(_MIN_SLICE_S, min(_MAX_SLICE_S, (now - since) / 100)))
+            wait = min(wait, _SLICE_S)
         return max(0.0, wait)
 
     def _service(self, wait_s: float) -> None:
