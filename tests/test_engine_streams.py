@@ -18,8 +18,15 @@ def chunk(ids, finish=None, text=None, logprobs=None):
     return out
 
 
+def starter(queue):
+    async def start():
+        return queue
+
+    return start
+
+
 async def read_all(queue, aborts):
-    return [c async for c in stream_chunks(lambda: queue, lambda: aborts.append(1))]
+    return [c async for c in stream_chunks(starter(queue), lambda: aborts.append(1))]
 
 
 def test_queued_chunks_merge_in_order_with_the_latest_meta():
@@ -46,7 +53,7 @@ def test_a_chunk_is_never_held_back_waiting_for_more():
     async def go():
         queue: asyncio.Queue = asyncio.Queue()
         aborts: list = []
-        stream = stream_chunks(lambda: queue, lambda: aborts.append(1))
+        stream = stream_chunks(starter(queue), lambda: aborts.append(1))
         queue.put_nowait(chunk([7]))
         first = await asyncio.wait_for(anext(stream), 1.0)  # alone in the queue: sent alone
         queue.put_nowait(chunk([8]))
