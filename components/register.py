@@ -50,8 +50,13 @@ def model_kind(skip_tokenizer_init: bool) -> tuple[Any, Any]:
     return ModelInput.Text, ModelType.Chat
 
 
-async def register_served_model(endpoint: Any, config: WorkerConfig, limits: EngineLimits) -> None:
+async def register_served_model(endpoint: Any, config: WorkerConfig, limits: EngineLimits,
+                                kv_events: bool = False) -> None:
+    """`kv_events`: the worker publishes KV events (components/kv_publishing.py), so the KV
+    router may score it by cached blocks."""
     model_input, model_type = model_kind(config.skip_tokenizer_init)
+    runtime_config = runtime_config_for(limits)
+    runtime_config.kv_event_publishing_enabled = kv_events
     if not config.skip_tokenizer_init:
         logger.info("Text mode (no --skip-tokenizer-init): only /v1/chat/completions is served")
     try:
@@ -64,7 +69,7 @@ async def register_served_model(endpoint: Any, config: WorkerConfig, limits: Eng
             worker_type=WorkerType.Aggregated,
             needs=[],
             kv_cache_block_size=limits.page_size,
-            runtime_config=runtime_config_for(limits),
+            runtime_config=runtime_config,
         )
     except Exception as exc:  # the runtime raises bare Exceptions; re-raise as one loud type
         raise RegistrationError(

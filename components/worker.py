@@ -21,6 +21,7 @@ from components.debug_routes import register_debug_routes
 from components.engine_factory import build_engine, engine_limits
 from components.handler_factory import build_handler, health_check_payload
 from components.hosts import is_wildcard
+from components.kv_publishing import KvPublishing, kv_events_enabled
 from components.register import register_served_model, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
@@ -68,6 +69,15 @@ async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
     await sglang_warmup(engine, int(engine.server_args.disaggregation_bootstrap_port))
 
 
+def publishes_kv_events(config: WorkerConfig) -> bool:
+    """Aggregated workers with --kv-events-config: decode engines keep no prefix cache and
+    prefill workers register no model (components/kv_publishing.py)."""
+    enabled = kv_events_enabled(config.kv_events_config)
+    if enabled and config.mode is not WorkerMode.AGGREGATED:
+        logger.warning("--kv-events-config: only aggregated workers publish KV events")
+    return enabled and config.mode is WorkerMode.AGGREGATED
+
+
 class Worker:
     def __init__(self, config: WorkerConfig, runtime: Any, engine: Any) -> None:
         self.config = config
@@ -76,6 +86,7 @@ class Worker:
         self.endpoint = runtime.endpoint(config.dynamo.endpoint)
         self.registered = False
         self._stopping = False
+        self.kv_publishing = KvPublishing()
 
     async def serve(self, handler: Any) -> None:
         """Serve the endpoint and, for agg/decode, register the model concurrently."""
@@ -87,7 +98,12 @@ class Worker:
         try:
             if self.config.mode is not WorkerMode.PREFILL:
                 limits = engine_limits(self.config.engine_kind, self.engine)
-                await register_served_model(self.endpoint, self.config, limits)
+                kv_events = publishes_kv_events(self.config)
+                if kv_events:
+                    await self.kv_publishing.start(self.endpoint, self.config.engine_kind,
+                                                   self.engine, limits.page_size,
+                                                   self.config.kv_events_config)
+                await register_served_model(self.endpoint, self.config, limits, kv_events)
                 self.registered = True
             logger.info("worker ready: %s serving %s", self.config.mode.value,
                         self.config.dynamo.endpoint)
@@ -126,7 +142,7 @@ async def run_worker(config: WorkerConfig) -> None:
     logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
                 config.served_model_name)
     engine = build_engine(config.engine_kind, config.engine_args)
-    handler = None
+    handler = worker = None
     try:
         prefill = None
         if config.mode is WorkerMode.DECODE:
@@ -140,6 +156,8 @@ async def run_worker(config: WorkerConfig) -> None:
             await warmup_prefill(config, engine)
         await worker.serve(handler)
     finally:
+        if worker is not None:
+            worker.kv_publishing.close()
         if handler is not None:
             await handler.cleanup()
         engine.shutdown()

@@ -30,6 +30,7 @@ from components.engine.model_runner import TORCH_DTYPES, ModelRunner
 from components.engine.output_processor import OutputProcessor, finish_abort
 from components.engine.prefix_cache import PrefixCache
 from components.engine.request_checks import Limits
+from components.engine.kv_events import KvEventListener
 from components.engine.scheduler import Scheduler, SchedulerConfig
 from components.engine.sequence import Sequence
 
@@ -68,6 +69,8 @@ class EngineLoop:
         self._pool: KVPool | None = None
         self._runner: ModelRunner | None = None
         self._sched: Scheduler | None = None
+        self._listener: KvEventListener | None = None  # engine thread only
+        self._last_load: tuple[int, int, int] | None = None
 
     # ---- called from other threads ----------------------------------------------------------
     def start(self) -> EngineInfo:
@@ -90,6 +93,9 @@ class EngineLoop:
     def abort(self, rid: str, abort_all: bool) -> None:
         self._cmds.put(("abort", rid, abort_all))
 
+    def set_kv_event_listener(self, listener: KvEventListener) -> None:
+        self._cmds.put(("listen", listener))
+
     def stop(self, timeout: float) -> None:
         if self._thread.is_alive():
             self._cmds.put(_STOP)
@@ -107,6 +113,10 @@ class EngineLoop:
     def cached_pages(self) -> int:
         sched = self._sched
         return sched.cache.pages if sched is not None and sched.cache is not None else 0
+
+    def prefix_hit_tokens(self) -> int:
+        sched = self._sched
+        return sched.cache.hit_tokens if sched is not None and sched.cache is not None else 0
 
     # ---- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -182,6 +192,16 @@ class EngineLoop:
                 logger.exception("engine step failed")
                 sched.abort_everything(f"Internal CPU engine error: {exc}", 500)
             self._batcher.flush()
+            if self._listener is not None:
+                self._report_load()
+
+    def _report_load(self) -> None:
+        """Tell the listener the load when it changed (a router's view of this worker)."""
+        sched = self._sched
+        load = (self.pages_in_use(), len(sched.running), len(sched.waiting))
+        if load != self._last_load:
+            self._last_load = load
+            self._listener.load(*load)
 
     def _step(self) -> None:
         batch = self._sched.schedule()
@@ -219,6 +239,10 @@ class EngineLoop:
                 self._sched.add(cmd[1])
             elif cmd[0] == "abort":
                 self._sched.abort(cmd[1], cmd[2])
+            elif cmd[0] == "listen":
+                self._listener = cmd[1]
+                if self._sched.cache is not None:
+                    self._sched.cache.listener = cmd[1]
         except Exception as exc:  # one bad command must not stop the engine thread
             logger.exception("engine command %s failed", cmd[0])
             if cmd[0] == "add":
