@@ -191,9 +191,9 @@ class EngineLoop:
             except Exception as exc:  # a failed step must not leave requests hanging
                 logger.exception("engine step failed")
                 sched.abort_everything(f"Internal CPU engine error: {exc}", 500)
+            if self._listener is not None:  # before the flush: a caller that saw its request
+                self._report_load()         # end sees the load without it
             self._batcher.flush()
-            if self._listener is not None:
-                self._report_load()
 
     def _report_load(self) -> None:
         """Tell the listener the load when it changed (a router's view of this worker)."""
