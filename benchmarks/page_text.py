@@ -133,6 +133,22 @@ greedy, `ignore_eos`), both given the whole batch at once; wall time from submis
 token, prefill included. The arms alternate within each repetition after one warm-up each.
 """
 
+PREFIX_CACHE = """\
+`benchmarks/bench_prefix_cache.py`: the CPU engine in process, `small` model, one request at a
+time. Per prefix length: time to first token of a prompt whose prefix is new (the whole prompt is
+prefilled), then of a prompt with the same prefix and a new 16-token suffix (the cached whole
+pages are copied; only the rest is prefilled). Fresh prefixes each run.
+"""
+
+KV_ROUTING = """\
+`benchmarks/bench_kv_routing.py`: two stacks started together, each the real `dynamo.frontend`
+and two aggregated workers publishing KV events (`--kv-events-config`), `small` model; one runs
+`--router-mode kv`, the other `--router-mode round-robin`. Each of 6 prefixes of 512 tokens is
+sent 4 times with fresh 16-token suffixes in a shuffled order, each request to both stacks in
+turn, one at a time. TTFT is the first streamed token at the client; "prompt tokens from cache"
+sums the workers' `/engine/prefix_cache` hit counters.
+"""
+
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
@@ -142,6 +158,9 @@ SECTIONS = [
     ("disagg_ttft", "TTFT: aggregated vs disaggregated, split", TTFT),
     ("bench_engine", "CPU engine throughput", ENGINE),
     ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
+    ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",
+     PREFIX_CACHE),
+    ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),
 ]
 
 FOOTER = """\

@@ -36,6 +36,8 @@ if [[ $QUICK == 1 ]]; then
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
+    PREFIX_ARGS=(--runs 1)
+    KV_ROUTING_ARGS=(--runs 1 --prefixes 4)
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -46,6 +48,8 @@ else
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32)
+    PREFIX_ARGS=(--runs 3)
+    KV_ROUTING_ARGS=(--runs 3)
 fi
 
 failed=()
@@ -71,6 +75,8 @@ run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
+run bench_prefix_cache bench_prefix_cache "${PREFIX_ARGS[@]}"
+run bench_kv_routing bench_kv_routing "${KV_ROUTING_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
 echo
