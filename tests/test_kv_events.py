@@ -135,3 +135,18 @@ def test_bad_kv_events_config_is_a_startup_error():
     with pytest.raises(SystemExit, match="tcp://host:port"):
         sglang_zmq_endpoint('{"publisher": "zmq", "endpoint": "ipc:///tmp/x"}')
     assert sglang_zmq_endpoint('{"endpoint": "tcp://*:5557"}') == "tcp://127.0.0.1:5557"
+
+
+@pytest.mark.parametrize("mode, publishes", [("null", True), ("decode", False),
+                                             ("prefill", False)])
+def test_only_aggregated_cpu_workers_publish_and_the_engine_never_sees_the_flag(
+        monkeypatch, mode, publishes):
+    from components import engine_factory
+    from components.args import parse_args
+    from components.worker import publishes_kv_events
+
+    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    cfg = parse_args(["--engine", "cpu", "--model-path", "/models/tiny", "--disaggregation-mode",
+                      mode, "--kv-events-config", '{"publisher": "zmq"}'])
+    assert publishes_kv_events(cfg) is publishes
+    assert "kv_events_config" not in cfg.engine_args
