@@ -49,14 +49,23 @@ class EngineKvRelay:
 
     def blocks_stored(self, token_ids: list[int], block_hashes: list[int],
                       parent_hash: int | None) -> None:
-        self._events.publish_stored(token_ids, [self._page] * len(block_hashes), block_hashes,
-                                    parent_hash)
+        self._call(self._events.publish_stored, token_ids,
+                   [self._page] * len(block_hashes), block_hashes, parent_hash)
 
     def blocks_removed(self, block_hashes: list[int]) -> None:
-        self._events.publish_removed(block_hashes)
+        self._call(self._events.publish_removed, block_hashes)
 
     def load(self, kv_used_pages: int, running: int, waiting: int) -> None:
-        self._metrics.publish(0, kv_used_blocks=kv_used_pages)
+        self._call(self._metrics.publish, 0, kv_used_blocks=kv_used_pages)
+
+    @staticmethod
+    def _call(publish: Any, *args: Any, **kwargs: Any) -> None:
+        # A router that misses an event routes worse; an engine thread that raises here would
+        # fail the step's requests. The bindings raise bare Exceptions.
+        try:
+            publish(*args, **kwargs)
+        except Exception as exc:
+            logger.warning("publishing a KV event for the router failed: %s", exc)
 
 
 def sglang_zmq_endpoint(kv_events_config: str) -> str:

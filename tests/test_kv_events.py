@@ -150,3 +150,17 @@ def test_only_aggregated_cpu_workers_publish_and_the_engine_never_sees_the_flag(
                       mode, "--kv-events-config", '{"publisher": "zmq"}'])
     assert publishes_kv_events(cfg) is publishes
     assert "kv_events_config" not in cfg.engine_args
+
+
+def test_a_failing_publisher_does_not_reach_the_engine_thread(caplog):
+    class Broken:
+        def publish_stored(self, *args, **kwargs):
+            raise Exception("event plane gone")
+
+        publish_removed = publish = publish_stored
+
+    relay = EngineKvRelay(Broken(), Broken(), page_size=16)
+    relay.blocks_stored([1] * 16, [5], None)
+    relay.blocks_removed([5])
+    relay.load(1, 1, 0)
+    assert caplog.text.count("event plane gone") == 3

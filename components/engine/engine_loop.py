@@ -23,6 +23,7 @@ from transformers import AutoTokenizer
 
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.disagg import DisaggCoordinator
+from components.engine.kv_events import KvEventListener
 from components.engine.kv_pool import KVPool
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.model_facts import context_length, eos_token_ids, read_model_shape
@@ -30,7 +31,6 @@ from components.engine.model_runner import TORCH_DTYPES, ModelRunner
 from components.engine.output_processor import OutputProcessor, finish_abort
 from components.engine.prefix_cache import PrefixCache
 from components.engine.request_checks import Limits
-from components.engine.kv_events import KvEventListener
 from components.engine.scheduler import Scheduler, SchedulerConfig
 from components.engine.sequence import Sequence
 
