@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -95,6 +96,7 @@ def main() -> None:
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     dirs = {m: Path(tempfile.mkdtemp(prefix=f"bench-kvroute-{m}-")) for m in ROUTER_MODES}
     stacks = {}
+    failed = True
     try:
         for mode in ROUTER_MODES:  # both start before either is waited for
             stacks[mode] = start_kv_routed(dirs[mode], str(args.model), served, mode,
@@ -103,11 +105,15 @@ def main() -> None:
             stack.wait_ready(served)
         # Each run uses fresh prefixes, so every run starts from cold caches for its workload.
         runs = [one_run(stacks, served, args, vocab, seed) for seed in range(args.runs)]
+        failed = False
     finally:
         for stack in stacks.values():
             stack.stop()
         for d in dirs.values():
-            shutil.rmtree(d, ignore_errors=True)
+            if failed or os.environ.get("BENCH_KEEP_LOGS") == "1":
+                print(f"logs kept in {d}")
+            else:
+                shutil.rmtree(d, ignore_errors=True)
     res = {m: {k: median(r[m][k] for r in runs) for k in runs[0][m]} for m in ROUTER_MODES}
     headers = ["router mode", "first-of-prefix TTFT ms", "repeat TTFT p50 ms",
                "repeat TTFT mean ms", "prompt tokens from cache"]
