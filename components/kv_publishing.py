@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
 from typing import Any
 from urllib.parse import urlparse
 
 from dynamo.llm import KvEventPublisher, WorkerMetricsPublisher
 
 logger = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 5.0
 
 
 def kv_events_enabled(kv_events_config: str | None) -> bool:
@@ -38,34 +42,45 @@ def kv_events_enabled(kv_events_config: str | None) -> bool:
 
 
 class EngineKvRelay:
-    """The CPU engine's KvEventListener: called on the engine thread, it only enqueues into
-    Dynamo's publishers (Rust channels), which send on the runtime's own threads."""
+    """The CPU engine's KvEventListener. The engine thread only enqueues; one publisher thread
+    calls Dynamo's bindings in order (as Dynamo's own sample engine does), so a slow or failing
+    publish never stalls or fails an engine step."""
 
     def __init__(self, events: KvEventPublisher, metrics: WorkerMetricsPublisher,
                  page_size: int) -> None:
         self._events = events
         self._metrics = metrics
         self._page = page_size
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="kv-event-publisher",
+                                        daemon=True)
+        self._thread.start()
 
     def blocks_stored(self, token_ids: list[int], block_hashes: list[int],
                       parent_hash: int | None) -> None:
-        self._call(self._events.publish_stored, token_ids,
-                   [self._page] * len(block_hashes), block_hashes, parent_hash)
+        self._queue.put((self._events.publish_stored, (
+            token_ids, [self._page] * len(block_hashes), block_hashes, parent_hash), {}))
 
     def blocks_removed(self, block_hashes: list[int]) -> None:
-        self._call(self._events.publish_removed, block_hashes)
+        self._queue.put((self._events.publish_removed, (block_hashes,), {}))
 
     def load(self, kv_used_pages: int, running: int, waiting: int) -> None:
-        self._call(self._metrics.publish, 0, kv_used_blocks=kv_used_pages)
+        self._queue.put((self._metrics.publish, (0,), {"kv_used_blocks": kv_used_pages}))
 
-    @staticmethod
-    def _call(publish: Any, *args: Any, **kwargs: Any) -> None:
-        # A router that misses an event routes worse; an engine thread that raises here would
-        # fail the step's requests. The bindings raise bare Exceptions.
-        try:
-            publish(*args, **kwargs)
-        except Exception as exc:
-            logger.warning("publishing a KV event for the router failed: %s", exc)
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Publish what is queued, then stop the thread (bounded)."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            publish, args, kwargs = item
+            # A router that misses an event routes worse; nothing else depends on it. The
+            # bindings raise bare Exceptions.
+            try:
+                publish(*args, **kwargs)
+            except Exception as exc:
+                logger.warning("publishing a KV event for the router failed: %s", exc)
 
 
 def sglang_zmq_endpoint(kv_events_config: str) -> str:
@@ -86,6 +101,7 @@ class KvPublishing:
 
     def __init__(self) -> None:
         self._publisher: KvEventPublisher | None = None
+        self._relay: EngineKvRelay | None = None
 
     async def start(self, endpoint: Any, engine_kind: str, engine: Any, page_size: int,
                     kv_events_config: str) -> None:
@@ -100,10 +116,14 @@ class KvPublishing:
         await metrics.create_endpoint(endpoint)
         metrics.publish(0, kv_used_blocks=0)
         self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size)
-        engine.set_kv_event_listener(EngineKvRelay(self._publisher, metrics, page_size))
+        self._relay = EngineKvRelay(self._publisher, metrics, page_size)
+        engine.set_kv_event_listener(self._relay)
         logger.info("publishing the CPU engine's KV events and load (block size %d)", page_size)
 
     def close(self) -> None:
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
         if self._publisher is not None:
             self._publisher.shutdown()
             self._publisher = None
