@@ -127,3 +127,18 @@ async def test_an_aborted_request_leaves_nothing_in_the_cache(tiny_model_path):
         assert out["meta_info"]["cached_tokens"] == 0
     finally:
         eng.shutdown()
+
+
+def test_eviction_goes_on_until_a_contiguous_run_fits():
+    """LRU order need not be address order: the first round frees pages that are not adjacent,
+    and a request needs one run. (One round only left the queue stalled with an idle engine.)"""
+    pool = KVPool(1, 1, 2, num_pages=12, page_size=PAGE, dtype=torch.float32)
+    cache = PrefixCache(pool)
+    for k in range(4):  # four 3-page entries at pages 0-2, 3-5, 6-8, 9-11: the pool is full
+        finished(pool, cache, [k + 1] * 12)
+    for k in (0, 2):  # entries 0 and 2 are used again: LRU order is 1, 3, 0, 2
+        cache.reuse([k + 1] * 12 + [0], 0)
+    assert pool.allocate(PAGE) is None
+    run = cache.allocate(5 * PAGE)  # evicting 1 and 3 frees 6 pages, but in two runs of 3
+    assert run is not None and run.num_pages == 5
+    assert pool.pages_in_use == 5 + cache.pages

@@ -96,6 +96,16 @@ class PrefixCache:
         tail = run.num_pages - len(keys)
         return PageRun(run.start_page + len(keys), tail) if tail else None
 
+    def allocate(self, num_tokens: int) -> PageRun | None:
+        """Pool pages for ``num_tokens``, evicting least recently used entries until a run fits
+        or nothing is left to evict. One round of evictions may not be enough: the pages it
+        frees need not be adjacent, and a request needs one contiguous run."""
+        pages = self._pool.allocate(num_tokens)
+        while pages is None and self.pages:
+            self.evict(self._pool.pages_for(num_tokens))
+            pages = self._pool.allocate(num_tokens)
+        return pages
+
     def evict(self, pages_wanted: int) -> int:
         """Free least recently used entries until ``pages_wanted`` pages came back (or the
         cache is empty); -> pages freed."""
