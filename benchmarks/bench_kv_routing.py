@@ -29,7 +29,7 @@ import httpx
 from benchmarks.common import (
     SMALL_MODEL, format_table, median, require_model, results_dir, write_json,
 )
-from harness.kv_routing import ROUTER_MODES, prefix_cache_stats, start_kv_routed
+from harness.kv_routing import ROUTER_MODES, prefix_cache_stats, start_kv_routed, wait_ready
 
 SUFFIX = 16
 ENGINE_ARGS = ("--page-size", "16", "--context-length", "4096", "--log-level", "warning")
@@ -107,7 +107,7 @@ def main() -> None:
             stacks[mode] = start_kv_routed(dirs[mode], str(args.model), served, mode,
                                            ENGINE_ARGS, namespace=f"kvr{mode[:2]}", wait=False)
         for stack in stacks.values():
-            stack.wait_ready(served)
+            wait_ready(stack, served)
         # Each run uses fresh prefixes, so every run starts from cold caches for its workload.
         runs = [one_run(stacks, served, args, vocab, seed) for seed in range(args.runs)]
         failed = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.topology import Stack
+from harness.topology import READY_TIMEOUT_S, Stack, wait_until
 
 WORKERS = ("w0", "w1")
 KV_EVENTS = '{"publisher": "zmq", "topic": "kv-events"}'
@@ -29,12 +29,20 @@ def start_kv_routed(workdir: Path, model_path: str, served: str, router_mode: st
             stack.start_worker(name, "null", served, *engine_args,
                                "--kv-events-config", KV_EVENTS)
         if wait:
-            stack.wait_ready(served)
+            wait_ready(stack, served)
     except BaseException:
         print(stack.logs())
         stack.stop()
         raise
     return stack
+
+
+def wait_ready(stack: Stack, served: str) -> None:
+    """The model is listed once one worker registered; both must be up (their debug routes
+    exist once their engines are built) before a test counts on either."""
+    stack.wait_ready(served)
+    wait_until(lambda: prefix_cache_stats(stack), READY_TIMEOUT_S,
+               f"both workers' /engine/prefix_cache on {stack.url}", interval=0.5)
 
 
 def prefix_cache_stats(stack: Stack) -> dict[str, dict[str, int]]:
