@@ -157,6 +157,8 @@ thread, prefix cache off): one request with `n=8` (the 1,024-token prompt prefil
 forked into the choices) against 8 concurrent single requests with the same prompt and the
 choices' seeds (seed + index), 16 new tokens each, seeded sampling; wall time from submission to
 the last token. The tokens of the two arms must be identical.
+"""
+
 CONSTRAINED = """\
 `python -m benchmarks.bench_constrained`: what structured output costs the CPU engine. A batch
 of 16 rows (128-token prompts, 64 new tokens each, sampled) decodes once with every row under a
@@ -165,6 +167,22 @@ once without, arms alternated within each repetition after one warm-up. Steady-s
 tok/s as in `bench_engine`; plus the wait of a request whose schema nobody compiled before. The
 `small` model's vocabulary is 2,048 tokens: a 128k vocabulary makes each row's bitmask fill
 longer (xgrammar's per-token cost grows with the tokens its cache cannot precompute).
+"""
+
+PREFIX_CACHE = """\
+`benchmarks/bench_prefix_cache.py`: the CPU engine in process, `small` model, one request at a
+time. Per prefix length: time to first token of a prompt whose prefix is new (the whole prompt is
+prefilled), then of a prompt with the same prefix and a new 16-token suffix (the cached whole
+pages are copied; only the rest is prefilled). Fresh prefixes each run.
+"""
+
+KV_ROUTING = """\
+`benchmarks/bench_kv_routing.py`: two stacks started together, each the real `dynamo.frontend`
+and two aggregated workers publishing KV events (`--kv-events-config`), `small` model; one runs
+`--router-mode kv`, the other `--router-mode round-robin`. Each of 6 prefixes of 512 tokens is
+sent 4 times with fresh 16-token suffixes in a shuffled order, each request to both stacks in
+turn, one at a time. TTFT is the first streamed token at the client; "prompt tokens from cache"
+sums the workers' `/engine/prefix_cache` hit counters.
 """
 
 SECTIONS = [
@@ -179,6 +197,9 @@ SECTIONS = [
     ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
     ("bench_choices", "n > 1: one prefill forked vs n single requests", CHOICES),
     ("bench_constrained", "Structured output: decode under a JSON schema", CONSTRAINED),
+    ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",
+     PREFIX_CACHE),
+    ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),
 ]
 
 FOOTER = """\

@@ -41,6 +41,8 @@ if [[ $QUICK == 1 ]]; then
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
     SERVING_STYLES_ARGS=(--quick --tag styles --arms disagg,disagg-decode)
     TOKEN_CPU_ARGS=(--quick)
+    PREFIX_ARGS=(--runs 1)
+    KV_ROUTING_ARGS=(--runs 1 --prefixes 4)
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -57,6 +59,8 @@ else
     # Frontend- vs decode-orchestrated disaggregation (docs/architecture.md).
     SERVING_STYLES_ARGS=(--runs 3 --tag styles --arms disagg,disagg-decode --concurrency 1,16)
     TOKEN_CPU_ARGS=(--runs 3)
+    PREFIX_ARGS=(--runs 3)
+    KV_ROUTING_ARGS=(--runs 3)
 fi
 
 failed=()
@@ -87,6 +91,8 @@ run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 run bench_choices bench_choices "${CHOICES_ARGS[@]}"
 run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"
 run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
+run bench_prefix_cache bench_prefix_cache "${PREFIX_ARGS[@]}"
+run bench_kv_routing bench_kv_routing "${KV_ROUTING_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
 echo

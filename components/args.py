@@ -74,6 +74,8 @@ class WorkerConfig:
     log_level: str
     # CPU: read-only mapping of EngineConfig kwargs; sglang: a resolved ServerArgs.
     engine_args: Any
+    # SGLang's --kv-events-config (JSON); components/kv_publishing.py reads it.
+    kv_events_config: str | None = None
 
 
 def parse_endpoint(value: str, flag: str) -> str:
@@ -215,5 +217,5 @@ def parse_args(argv: list[str]) -> WorkerConfig:
         served_model_name=ns.served_model_name or ns.model_path,
         skip_tokenizer_init=bool(ns.skip_tokenizer_init), host=ns.host,
         bootstrap_port=int(ns.disaggregation_bootstrap_port), log_level=ns.log_level,
-        engine_args=engine_args,
+        engine_args=engine_args, kv_events_config=getattr(ns, "kv_events_config", None),
     )

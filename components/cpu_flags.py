@@ -81,6 +81,10 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--constrained-json-max-whitespace-cnt", type=int, default=None,
                    help="structured output: at most this many whitespace characters in a row "
                         "in JSON (default: any number)")
+    g.add_argument("--kv-events-config", default=None,
+                   help='JSON, e.g. {"publisher":"zmq"}: publish prefix-cache blocks and load for '
+                        "Dynamo's KV router (the CPU engine reports them in-process; "
+                        "'endpoint' is not used)")
     g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
                    default=1, help="the CPU engine runs one rank: only 1")
     g.add_argument("--trust-remote-code", action="store_true",

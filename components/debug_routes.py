@@ -3,8 +3,11 @@
 `GET /engine/kv_pages` -> `{"pages_in_use": n}`: the engine's KV pool occupancy (CPU engine).
 `GET /engine/requests` -> `{"in_flight": n}`: requests SGLang's TokenizerManager still tracks
 (`rid_to_state`; an entry leaves once the scheduler reports the request finished or aborted;
-null for the CPU engine, which keeps no such table). The end-to-end tests use them to check that aborted and
-finished requests free everything they held. Enabled by
+null for the CPU engine, which keeps no such table). The end-to-end tests use them to check that
+aborted and finished requests free everything they held.
+`GET /engine/prefix_cache` -> `{"cached_pages": n, "hit_tokens": n}`: pages the CPU engine's prefix
+cache holds and prompt tokens it has served from it since start (null for SGLang); the KV-routing
+test reads it to tell which worker served a request. Enabled by
 `--debug-routes` (or `DYN_DEBUG_ROUTES=1`); the system server binds to `DYN_SYSTEM_HOST`, which
 the worker defaults to its `--host` (loopback by default).
 """
@@ -27,5 +30,12 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
     async def requests(_body: dict) -> dict:
         return {"in_flight": sglang_requests_in_flight(engine)}
 
+    async def prefix_cache(_body: dict) -> dict:
+        cached, hits = (getattr(engine, name, None) for name in ("kv_pages_cached",
+                                                                   "prefix_hit_tokens"))
+        return {"cached_pages": cached() if callable(cached) else None,
+                "hit_tokens": hits() if callable(hits) else None}
+
     runtime.register_engine_route("kv_pages", kv_pages)
+    runtime.register_engine_route("prefix_cache", prefix_cache)
     runtime.register_engine_route("requests", requests)

@@ -87,11 +87,16 @@ def model_kind(skip_tokenizer_init: bool, prefill: bool = False) -> tuple[Any, A
 
 
 async def register_served_model(endpoint: Any, config: WorkerConfig, limits: EngineLimits,
-                                bootstrap: Optional[tuple[str, int]] = None) -> None:
+                                bootstrap: Optional[tuple[str, int]] = None,
+                                kv_events: bool = False) -> None:
+    """`kv_events`: the worker publishes KV events (components/kv_publishing.py), so the KV
+    router may score it by cached blocks."""
     role = role_for(config)
     if role is None:
         return
     model_input, model_type = model_kind(config.skip_tokenizer_init, role.prefill_model)
+    runtime_config = runtime_config_for(limits, config, bootstrap)
+    runtime_config.kv_event_publishing_enabled = kv_events
     if not config.skip_tokenizer_init and not role.prefill_model:
         logger.info("Text mode (no --skip-tokenizer-init): only /v1/chat/completions is served")
     try:
@@ -104,7 +109,7 @@ async def register_served_model(endpoint: Any, config: WorkerConfig, limits: Eng
             worker_type=role.worker_type,
             needs=role.needs,
             kv_cache_block_size=limits.page_size,
-            runtime_config=runtime_config_for(limits, config, bootstrap),
+            runtime_config=runtime_config,
         )
     except Exception as exc:  # the runtime raises bare Exceptions; re-raise as one loud type
         raise RegistrationError(

@@ -22,6 +22,7 @@ from components.debug_routes import register_debug_routes
 from components.engine_factory import attach_engine, build_engine, engine_limits
 from components.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.hosts import is_wildcard
+from components.kv_publishing import KvPublishing, kv_events_enabled
 from components.metrics import WorkerMetrics
 from components.register import register_served_model, role_for, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
@@ -73,6 +74,17 @@ async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
     await sglang_warmup(engine, int(engine.server_args.disaggregation_bootstrap_port))
 
 
+def publishes_kv_events(config: WorkerConfig) -> bool:
+    """Aggregated workers with --kv-events-config: decode engines keep no prefix cache and
+    prefill workers register no model (components/kv_publishing.py)."""
+    enabled = kv_events_enabled(config.kv_events_config)
+    if enabled and config.mode is not WorkerMode.AGGREGATED:
+        logger.warning("--kv-events-config: only aggregated workers publish KV events")
+    # With --tokenizer-worker-num the engine process publishes for its engine; the attached
+    # processes have no engine of their own to listen to.
+    return enabled and config.mode is WorkerMode.AGGREGATED and engine_pid() is None
+
+
 class Worker:
     def __init__(self, config: WorkerConfig, runtime: Any, engine: Any,
                  metrics: WorkerMetrics | None = None) -> None:
@@ -83,6 +95,7 @@ class Worker:
         self.endpoint = runtime.endpoint(config.dynamo.endpoint)
         self.registered = False
         self._stopping = False
+        self.kv_publishing = KvPublishing()
 
     def expose_metrics(self) -> None:
         """The worker's metrics on the system port's /metrics, with Dynamo's labels
@@ -107,7 +120,13 @@ class Worker:
                 limits = engine_limits(self.config.engine_kind, self.engine)
                 bootstrap = (bootstrap_endpoint(self.config, self.engine)
                              if self.config.mode is WorkerMode.PREFILL else None)
-                await register_served_model(self.endpoint, self.config, limits, bootstrap)
+                kv_events = publishes_kv_events(self.config)
+                if kv_events:
+                    await self.kv_publishing.start(self.endpoint, self.config.engine_kind,
+                                                   self.engine, limits.page_size,
+                                                   self.config.kv_events_config)
+                await register_served_model(self.endpoint, self.config, limits, bootstrap,
+                                            kv_events)
                 self.registered = True
             logger.info("worker ready: %s serving %s", self.config.mode.value,
                         self.config.dynamo.endpoint)
@@ -158,7 +177,7 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
     logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
                 config.served_model_name)
     engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
-    handler = None
+    handler = worker = None
     try:
         prefill = None
         if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
@@ -174,6 +193,8 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
             await warmup_prefill(config, engine)
         await worker.serve(handler)
     finally:
+        if worker is not None:
+            worker.kv_publishing.close()
         if handler is not None:
             await handler.cleanup()
         if workers is not None:  # they drain on this process's engine: stop them first

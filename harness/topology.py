@@ -179,10 +179,10 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_frontend(self) -> Proc:
+    def start_frontend(self, *extra: str) -> Proc:
         argv = [sys.executable, "-m", "dynamo.frontend",
                 "--discovery-backend", self.discovery_backend, "--request-plane", self.request_plane,
-                "--http-host", HOST, "--http-port", str(self.http_port)]
+                "--http-host", HOST, "--http-port", str(self.http_port), *extra]
         return self._spawn("frontend", argv, self.env())
 
     def start_worker(self, name: str, mode: str, served_name: str, *extra: str,

@@ -96,3 +96,49 @@ async def test_cached_pages_yield_to_new_requests(tiny_model_path):
         assert eng.kv_pages_in_use() == 0 and 0 < eng.kv_pages_cached() <= 512 // 16
     finally:
         eng.shutdown()
+
+
+async def test_chunked_prefill_resumes_after_the_cached_prefix_token_exact(tiny_model_path):
+    chunked = CpuEngine(model_path=tiny_model_path, chunked_prefill_size=64)
+    plain = CpuEngine(model_path=tiny_model_path, disable_radix_cache=True)
+    try:
+        system = random_prompt(200, chunked.vocab_size, seed=5)
+        prompts = [system + random_prompt(70, chunked.vocab_size, seed=50 + i) for i in range(2)]
+        outs = [await chunked.async_generate(input_ids=p, sampling_params=GREEDY) for p in prompts]
+        assert [o["meta_info"]["cached_tokens"] for o in outs] == [0, 192]  # 12 whole pages
+        want = [await plain.async_generate(input_ids=p, sampling_params=GREEDY) for p in prompts]
+        assert [o["output_ids"] for o in outs] == [w["output_ids"] for w in want]
+    finally:
+        chunked.shutdown()
+        plain.shutdown()
+
+
+async def test_an_aborted_request_leaves_nothing_in_the_cache(tiny_model_path):
+    eng = CpuEngine(model_path=tiny_model_path)
+    try:
+        prompt = random_prompt(100, eng.vocab_size, seed=9)
+        params = {"temperature": 0.0, "max_new_tokens": 4000, "ignore_eos": True}
+        stream = await eng.async_generate(input_ids=prompt, sampling_params=params, stream=True,
+                                          rid="gone")
+        async for _chunk in stream:
+            eng.tokenizer_manager.abort_request("gone")
+        assert eng.kv_pages_in_use() == 0 and eng.kv_pages_cached() == 0
+        out = await eng.async_generate(input_ids=prompt, sampling_params=GREEDY)
+        assert out["meta_info"]["cached_tokens"] == 0
+    finally:
+        eng.shutdown()
+
+
+def test_eviction_goes_on_until_a_contiguous_run_fits():
+    """LRU order need not be address order: the first round frees pages that are not adjacent,
+    and a request needs one run. (One round only left the queue stalled with an idle engine.)"""
+    pool = KVPool(1, 1, 2, num_pages=12, page_size=PAGE, dtype=torch.float32)
+    cache = PrefixCache(pool)
+    for k in range(4):  # four 3-page entries at pages 0-2, 3-5, 6-8, 9-11: the pool is full
+        finished(pool, cache, [k + 1] * 12)
+    for k in (0, 2):  # entries 0 and 2 are used again: LRU order is 1, 3, 0, 2
+        cache.reuse([k + 1] * 12 + [0], 0)
+    assert pool.allocate(PAGE) is None
+    run = cache.allocate(5 * PAGE)  # evicting 1 and 3 frees 6 pages, but in two runs of 3
+    assert run is not None and run.num_pages == 5
+    assert pool.pages_in_use == 5 + cache.pages

@@ -26,6 +26,7 @@ from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.forks import make_choices
 from components.engine.grammar import GrammarBackend, grammar_of
+from components.engine.kv_events import KvEventListener
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
@@ -134,6 +135,15 @@ class CpuEngine(SyncGenerateMixin):
     def kv_pages_cached(self) -> int:
         """KV pool pages the prefix cache keeps for repeated prefixes (evicted on demand)."""
         return self._loop.cached_pages()
+
+    def prefix_hit_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache since start (a per-worker counter)."""
+        return self._loop.prefix_hit_tokens()
+
+    def set_kv_event_listener(self, listener: KvEventListener) -> None:
+        """Report cached blocks and load to ``listener``, called on the engine thread
+        (``components/engine/kv_events.py``); the cache's earlier blocks are not replayed."""
+        self._loop.set_kv_event_listener(listener)
 
     # ---- generation ---------------------------------------------------------------------------
     async def async_generate(

@@ -24,6 +24,7 @@ from transformers import AutoTokenizer
 
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.disagg import DisaggCoordinator
+from components.engine.kv_events import KvEventListener
 from components.engine.kv_pool import KVPool
 from components.engine.kv_transport.prefill_writes import TransferTotals
 from components.engine.loop_batcher import LoopBatcher
@@ -81,6 +82,8 @@ class EngineLoop:
         self._pool: KVPool | None = None
         self._runner: ModelRunner | None = None
         self._sched: Scheduler | None = None
+        self._listener: KvEventListener | None = None  # engine thread only
+        self._last_load: tuple[int, int, int] | None = None
 
     # ---- called from other threads ----------------------------------------------------------
     def start(self) -> EngineInfo:
@@ -102,6 +105,9 @@ class EngineLoop:
 
     def abort(self, rid: str, abort_all: bool) -> None:
         self._cmds.put(("abort", rid, abort_all))
+
+    def set_kv_event_listener(self, listener: KvEventListener) -> None:
+        self._cmds.put(("listen", listener))
 
     def stop(self, timeout: float) -> None:
         if self._thread.is_alive():
@@ -129,6 +135,10 @@ class EngineLoop:
     def cached_pages(self) -> int:
         sched = self._sched
         return sched.cache.pages if sched is not None and sched.cache is not None else 0
+
+    def prefix_hit_tokens(self) -> int:
+        sched = self._sched
+        return sched.cache.hit_tokens if sched is not None and sched.cache is not None else 0
 
     # ---- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -204,7 +214,17 @@ class EngineLoop:
             except Exception as exc:  # a failed step must not leave requests hanging
                 logger.exception("engine step failed")
                 sched.abort_everything(f"Internal CPU engine error: {exc}", 500)
+            if self._listener is not None:  # before the flush: a caller that saw its request
+                self._report_load()         # end sees the load without it
             self._batcher.flush()
+
+    def _report_load(self) -> None:
+        """Tell the listener the load when it changed (a router's view of this worker)."""
+        sched = self._sched
+        load = (self.pages_in_use(), len(sched.running), len(sched.waiting))
+        if load != self._last_load:
+            self._last_load = load
+            self._listener.load(*load)
 
     def _step(self) -> None:
         batch = self._sched.schedule()
@@ -242,6 +262,10 @@ class EngineLoop:
                 self._sched.add(cmd[1])
             elif cmd[0] == "abort":
                 self._sched.abort(cmd[1], cmd[2])
+            elif cmd[0] == "listen":
+                self._listener = cmd[1]
+                if self._sched.cache is not None:
+                    self._sched.cache.listener = cmd[1]
         except Exception as exc:  # one bad command must not stop the engine thread
             logger.exception("engine command %s failed", cmd[0])
             if cmd[0] == "add":

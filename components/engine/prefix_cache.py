@@ -10,6 +10,10 @@ Copying rather than sharing pages keeps every request's KV one contiguous run, s
 plain views and NIXL moves a request in a few long runs. An entry is never in use once its copy
 is done, so nothing needs reference counts: when the pool is short, entries are evicted least
 recently used first. Used on the engine thread only.
+
+With a listener (``components/engine/kv_events.py``) the cache reports the blocks it starts and
+stops holding, for a KV-aware router: the blocks an insert adds, the blocks an eviction drops.
+A block that moves from one entry to a longer one stays cached and is not reported.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
+from components.engine.kv_events import KvEventListener
 from components.engine.kv_pool import KVPool, PageRun
 
 logger = logging.getLogger(__name__)
@@ -39,6 +44,8 @@ class PrefixCache:
         self._entries: set[_Entry] = set()
         self._clock = itertools.count(1)
         self.pages = 0  # pool pages the cache holds
+        self.hit_tokens = 0  # prompt tokens served from the cache so far
+        self.listener: KvEventListener | None = None
 
     def block_keys(self, tokens: list[int], max_blocks: int) -> list[int]:
         keys, key, page = [], 0, self._page
@@ -61,6 +68,7 @@ class PrefixCache:
         if best is None or best.tokens[:n] != ids[:n]:  # a hash collision is a miss
             return 0
         best.last_used = next(self._clock)
+        self.hit_tokens += n
         src = best.run.start_page * self._page
         kv = self._pool.tensor
         kv[:, :, :, dst_start_tok:dst_start_tok + n].copy_(kv[:, :, :, src:src + n])
@@ -74,6 +82,7 @@ class PrefixCache:
             return run
         entry = _Entry(tokens[:len(keys) * self._page], PageRun(run.start_page, len(keys)),
                        last_used=next(self._clock))
+        self._report_stored(entry.tokens, keys)
         for key in keys:
             old = self._by_key.get(key)
             if old is not None:
@@ -86,6 +95,16 @@ class PrefixCache:
         self.pages += entry.run.num_pages
         tail = run.num_pages - len(keys)
         return PageRun(run.start_page + len(keys), tail) if tail else None
+
+    def allocate(self, num_tokens: int) -> PageRun | None:
+        """Pool pages for ``num_tokens``, evicting least recently used entries until a run fits
+        or nothing is left to evict. One round of evictions may not be enough: the pages it
+        frees need not be adjacent, and a request needs one contiguous run."""
+        pages = self._pool.allocate(num_tokens)
+        while pages is None and self.pages:
+            self.evict(self._pool.pages_for(num_tokens))
+            pages = self._pool.allocate(num_tokens)
+        return pages
 
     def evict(self, pages_wanted: int) -> int:
         """Free least recently used entries until ``pages_wanted`` pages came back (or the
@@ -105,7 +124,19 @@ class PrefixCache:
         entry = self._by_key.get(keys[-1])
         return entry is not None and keys[-1] in entry.keys
 
+    def _report_stored(self, tokens: list[int], keys: list[int]) -> None:
+        """Report the blocks from the first one not cached yet to the end (a block that is
+        cached again after its prefix was evicted is reported again, with its parent)."""
+        if self.listener is None:
+            return
+        first = next((k for k, key in enumerate(keys) if key not in self._by_key), None)
+        if first is not None:
+            self.listener.blocks_stored(tokens[first * self._page:], keys[first:],
+                                        keys[first - 1] if first else None)
+
     def _drop(self, entry: _Entry) -> None:
+        if self.listener is not None and entry.keys:
+            self.listener.blocks_removed([k for k in entry.keys if self._by_key.get(k) is entry])
         for key in entry.keys:
             if self._by_key.get(key) is entry:
                 del self._by_key[key]

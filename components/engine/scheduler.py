@@ -146,11 +146,9 @@ class Scheduler:
         return chunks
 
     def _allocate(self, tokens: int) -> PageRun | None:
-        pages = self.pool.allocate(tokens)
-        if pages is None and self.cache is not None and self.cache.pages:
-            self.cache.evict(self.pool.pages_for(tokens))  # cached prefixes yield to requests
-            pages = self.pool.allocate(tokens)
-        return pages
+        if self.cache is not None:
+            return self.cache.allocate(tokens)  # cached prefixes yield to requests
+        return self.pool.allocate(tokens)
 
     def _can_chunk(self) -> bool:
         return self.cfg.chunked_prefill_size is not None
