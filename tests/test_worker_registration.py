@@ -53,7 +53,7 @@ async def test_registration_failure_names_the_model(monkeypatch, config):
 
 
 async def test_worker_shuts_the_runtime_down_when_registration_fails(monkeypatch, config):
-    async def refuse(endpoint, cfg, limits, bootstrap=None):
+    async def refuse(endpoint, cfg, limits, bootstrap=None, kv_events=False):
         raise RegistrationError("registering model 'tiny' failed: no")
 
     monkeypatch.setattr(worker, "register_served_model", refuse)
