@@ -8,6 +8,7 @@ assertion runs four times against one frontend per mode.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -45,3 +46,25 @@ def stack(request, tmp_path_factory, tiny_model_path) -> Iterator[PeerStack]:
 @pytest.fixture(params=[DISAGG, AGG])
 def model(request) -> str:
     return request.param
+
+
+@pytest.fixture(scope="package")
+def greedy_ids(tiny_model_path, tokenizer):
+    """Greedy token ids of the tiny model for a chat body, from the CPU engine in this process
+    (aggregated, the same weights as every worker): the answer's ids, which neither mode's HTTP
+    answer shows (re-encoding the text does not give them back)."""
+    from components.engine.engine import CpuEngine
+    from tests.topologies import CONTEXT_LENGTH
+
+    engine = CpuEngine(model_path=tiny_model_path, skip_tokenizer_init=True,
+                       context_length=CONTEXT_LENGTH, max_total_tokens=8192)
+
+    def run(messages: list[dict], n: int) -> list[int]:
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                               tokenize=True, return_dict=False)
+        params = {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
+        out = asyncio.run(engine.async_generate(input_ids=prompt, sampling_params=params))
+        return list(out["output_ids"])
+
+    yield run
+    engine.shutdown()
