@@ -20,7 +20,8 @@ def chat_body(model: str, content: str = "Tell me about the sea.", **extra: Any)
 
 
 def chunks(http: httpx.Client, url: str, path: str, body: dict[str, Any]) -> list[dict]:
-    """Every `data:` chunk of a streamed answer, in order, up to `[DONE]` (which must come)."""
+    """Every `data:` chunk of a streamed answer, in order, up to `[DONE]` (which must come);
+    an error event fails the caller."""
     out: list[dict] = []
     with http.stream("POST", f"{url}/v1/{path}", json={**body, "stream": True}) as r:
         assert r.status_code == 200, r.read().decode()
@@ -30,7 +31,9 @@ def chunks(http: httpx.Client, url: str, path: str, body: dict[str, Any]) -> lis
             payload = line[len("data:"):].strip()
             if payload == "[DONE]":
                 return out
-            out.append(json.loads(payload))
+            event = json.loads(payload)
+            assert "error" not in event, f"error event after {len(out)} chunks: {event['error']}"
+            out.append(event)
     raise AssertionError(f"the stream ended without [DONE] after {len(out)} chunks")
 
 
