@@ -38,8 +38,9 @@ def test_chat_response_shape_and_exact_usage(stack, model, http, tokenizer):
 def test_chat_stream_shape_role_first_one_finish_then_usage(stack, model, http, tokenizer):
     """sglang test_openai_server.py::run_chat_completion_stream: the first chunk of a choice
     carries role "assistant", later ones content deltas, exactly one chunk a finish_reason, and
-    with stream_options.include_usage one final usage chunk with no choices (test_continuous_usage_stats.py
-    ::test_continuous_usage_stats_disabled). The deltas add up to the non-streamed answer."""
+    with stream_options.include_usage one final usage chunk with no choices
+    (test_continuous_usage_stats.py::test_continuous_usage_stats_disabled). The deltas add up to
+    the non-streamed answer."""
     body = chat_body(model)
     whole = chat(http, stack.url, body)["choices"][0]["message"]["content"]
     events = chunks(http, stack.url, "chat/completions",

@@ -17,7 +17,7 @@ PROMPT = "The sea is"
 @pytest.fixture
 def tokens_stack(stack):
     if not stack.tokens:
-        pytest.skip("Text mode serves /v1/chat/completions only (test_text_mode_has_no_completions)")
+        pytest.skip("Text mode serves chat only (test_text_mode_has_no_completions)")
     return stack
 
 

@@ -156,7 +156,7 @@ def test_response_format_json_object_streamed(stack, model, http, request):
     ("guided_json", SCHEMA, lambda t: json.loads(t)["answer"] in ("yes", "no")),
     ("guided_choice", ["yes", "no"], lambda t: t in ("yes", "no")),
     ("guided_regex", "[a-z]{3}", lambda t: re.fullmatch("[a-z]{3}", t)),
-])
+], ids=["guided_json", "guided_choice", "guided_regex"])
 def test_dynamo_guided_decoding(stack, model, http, request, field, value, check):
     """Dynamo's guided decoding fields (`guided_json`/`guided_choice`/`guided_regex`, which the
     1.6.1 frontend turns into `sampling_options.guided_decoding`; sglang test_openai_server.py
