@@ -2,18 +2,23 @@
 
 Per choice `index`: `role` only on its first chunk, the engine's incremental `text` as
 `content` (passed through, never re-sliced), `finish_reason` on its last. A usage chunk
-(`choices: []`) closes the stream when the client asked for one.
+(`choices: []`) closes the stream when the client asked for one. Logprobs, when asked for,
+ride with the text their tokens made (a token whose text the engine still holds back, such as
+part of a multi-byte character, waits for the next chunk with text).
 """
 
 import time
 from typing import Any, Optional
 
 from handlers.finish import map_finish_reason, usage_from_meta
+from handlers.logprobs import ChatLogprobs
 from protocol.outputs import (
     CHUNK_OBJECT,
     ChatChoice,
     ChatCompletionChunk,
     ChatDelta,
+    ChatTokenLogprob,
+    ChoiceLogprobs,
     CompletionUsage,
     PromptTokensDetails,
     to_wire,
@@ -21,13 +26,16 @@ from protocol.outputs import (
 
 
 class ChatStream:
-    def __init__(self, chunk_id: str, model: str, include_usage: bool) -> None:
+    def __init__(self, chunk_id: str, model: str, include_usage: bool,
+                 logprobs: Optional[ChatLogprobs] = None) -> None:
         self._id = chunk_id
         self._model = model
         self._created = int(time.time())
         self._include_usage = include_usage
         self._started: set[int] = set()
         self._usage: dict[int, CompletionUsage] = {}
+        self._logprobs = logprobs
+        self._held: dict[int, list[ChatTokenLogprob]] = {}  # logprobs of text not sent yet
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
@@ -48,14 +56,27 @@ class ChatStream:
         reason = map_finish_reason(meta.get("finish_reason"))
         index = int(chunk.get("index") or 0)
         text = chunk.get("text") or None
+        logprobs = self._take_logprobs(index, meta)
         if text is None and reason is None:
+            if logprobs is not None:
+                self._held[index] = logprobs.content
             return None
         first = index not in self._started
         self._started.add(index)
         if meta.get("completion_tokens") is not None:
             self._usage[index] = usage_from_meta(meta)
         delta = ChatDelta(role="assistant" if first else None, content=text)
-        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason)])
+        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason,
+                                       logprobs=logprobs)])
+
+    def _take_logprobs(self, index: int, meta: dict[str, Any]) -> Optional[ChoiceLogprobs]:
+        if self._logprobs is None:
+            return None
+        new = self._logprobs.convert(meta)
+        held = self._held.pop(index, None)
+        if held is None:
+            return new
+        return ChoiceLogprobs(held + (new.content if new is not None else []))
 
     def close(self) -> Optional[dict[str, Any]]:
         """The usage chunk: the prompt counted once, completions summed over choices."""

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient
@@ -21,6 +21,9 @@ from handlers.errors import (
     EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
 from handlers.guard import END, RequestGuard, Stopped, next_item
+from handlers.logprobs import (
+    ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
+)
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
 from handlers.template_kwargs import check_template_kwargs
@@ -52,6 +55,7 @@ class _Job:
     sampling_params: dict[str, Any]
     prefill_request: PreprocessedRequest
     stream: Union[TokenStream, ChatStream]
+    logprob_kwargs: dict[str, Any] = field(default_factory=dict)  # return_logprob, top_...
 
 
 class DecodeHandler(BaseHandler):
@@ -70,6 +74,7 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
+        self._chat_logprobs: Optional[ChatLogprobs] = None  # made on the first Text-mode ask
 
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
@@ -111,12 +116,14 @@ class DecodeHandler(BaseHandler):
             context_length=self.config.context_length,
             skip_tokenizer_init=True,
         )
-        return _Job(req.token_ids, params, req, TokenStream())
+        return _Job(req.token_ids, params, req, TokenStream(),
+                    tokens_logprob_kwargs(req.output_options))
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
         check_text_request(req)
         self._check_choices(req.n)
+        logprobs = text_logprob_kwargs(req)
         kwargs = req.template_kwargs()
         if kwargs:
             check_template_kwargs(kwargs, req.template_kwargs_field)
@@ -129,9 +136,17 @@ class DecodeHandler(BaseHandler):
             req, prompt_len=len(ids), context_length=self.config.context_length
         )
         chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
-        stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage)
+        stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage,
+                            self._chat_logprob_maker() if logprobs else None)
         # model_construct: the ids come from our own tokenizer, no need to validate them again.
-        return _Job(ids, params, PreprocessedRequest.model_construct(token_ids=ids), stream)
+        prefill = PreprocessedRequest.model_construct(
+            token_ids=ids, output_options=prefill_request_options(logprobs))
+        return _Job(ids, params, prefill, stream, logprobs)
+
+    def _chat_logprob_maker(self) -> ChatLogprobs:
+        if self._chat_logprobs is None:
+            self._chat_logprobs = ChatLogprobs(self.preprocessor.tokenizer)
+        return self._chat_logprobs
 
     def _check_choices(self, n: Optional[int]) -> None:
         if self.config.disaggregated and n not in (None, 1):
@@ -166,6 +181,7 @@ class DecodeHandler(BaseHandler):
             sampling_params=job.sampling_params,
             stream=True,
             rid=guard.rid,
+            **job.logprob_kwargs,
             **(boot.model_dump() if boot is not None else {}),
         )
         guard.engine_started()

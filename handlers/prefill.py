@@ -19,6 +19,7 @@ from handlers.errors import EngineError, RequestError
 from handlers.finish import map_finish_reason
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.health import HEALTH_CHECK_KEY
+from handlers.logprobs import tokens_logprob_kwargs
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
 from protocol.limits import MAX_BOOTSTRAP_ROOM
@@ -76,6 +77,8 @@ class PrefillHandler(BaseHandler):
                 bootstrap_port=boot.bootstrap_port,
                 bootstrap_room=boot.bootstrap_room,
                 rid=guard.rid,
+                # The first token is sampled here: its logprobs go to decode with the KV.
+                **tokens_logprob_kwargs(req.request.output_options),
             )
             guard.engine_started()
             drain = self.spawn(self._drain(stream, guard), name=f"prefill-{guard.rid}")

@@ -1,10 +1,10 @@
 """Fields this worker does not implement: a request that sets one gets a 400 naming it, rather
 than a 200 that silently ignored it (a client asking for JSON must not get prose).
 
-Only a field present with a non-default value is refused (`logprobs: false`, `tools: []`,
+Only a field present with a non-default value is refused (`echo: false`, `tools: []`,
 `response_format: {"type": "text"}` are fine). In Tokens mode the 1.6.1 frontend turns
 `response_format` and `tool_choice: "required"`/named into `sampling_options.guided_decoding`,
-`logprobs`/`top_logprobs` into `output_options.logprobs`, and image/audio/video content parts
+`prompt_logprobs` into `output_options.prompt_logprobs`, and image/audio/video content parts
 into `multi_modal_data`; it drops `logit_bias` and handles `tools` itself, so those never reach
 a Tokens-mode worker.
 """
@@ -48,9 +48,7 @@ _TEXT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "guided_choice": (_set, "structured output"),
     "guided_grammar": (_set, "structured output"),
     "structured_outputs": (_set, "structured output"),
-    "logprobs": (_set, "logprobs"),
-    "top_logprobs": (_set, "logprobs"),
-    "prompt_logprobs": (_not(None), "logprobs"),
+    "prompt_logprobs": (_not(None), "prompt logprobs"),
     "logit_bias": (_set, "logit bias"),
     "best_of": (_not(1), "best-of sampling"),
     "use_beam_search": (_set, "beam search"),
@@ -86,9 +84,7 @@ def check_tokens_request(req: PreprocessedRequest) -> None:
     hit = _first_set([
         ("sampling_options.guided_decoding (from response_format or tool_choice)",
          _set(opts.guided_decoding), "structured output"),
-        ("output_options.logprobs (from logprobs/top_logprobs)", out.logprobs is not None,
-         "logprobs"),
-        ("output_options.prompt_logprobs", out.prompt_logprobs is not None, "logprobs"),
+        ("output_options.prompt_logprobs", out.prompt_logprobs is not None, "prompt logprobs"),
         ("sampling_options.best_of", _not(1)(opts.best_of), "best-of sampling"),
         ("sampling_options.use_beam_search", bool(opts.use_beam_search), "beam search"),
         ("sampling_options.length_penalty", _not(1.0)(opts.length_penalty), "beam search"),

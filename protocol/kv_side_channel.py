@@ -31,7 +31,7 @@ from typing import Annotated, Union
 
 import msgspec
 
-from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
+from protocol.limits import MAX_BOOTSTRAP_ROOM, MAX_TOP_LOGPROBS, MIN_BOOTSTRAP_ROOM
 
 # Rooms are picked in [1, 2^63); 0 is SGLang's "not written" marker, so it is refused.
 Room = Annotated[int, msgspec.Meta(ge=MIN_BOOTSTRAP_ROOM, le=MAX_BOOTSTRAP_ROOM)]
@@ -51,7 +51,6 @@ Token = Annotated[bytes, msgspec.Meta(max_length=64)]
 MAX_MESSAGE_BYTES = 2 << 20
 # A notification with 20 top logprobs is ~330 bytes.
 MAX_NOTIF_BYTES = 512
-MAX_TOP_LOGPROBS = 20
 
 
 class KVLayout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -31,7 +31,6 @@ def handler(tokens: bool, engine: FakeEngine) -> DecodeHandler:
 @pytest.mark.parametrize("patch, field", [
     ({"sampling_options": {"guided_decoding": {"json": {"type": "object"}}}},
      "sampling_options.guided_decoding"),
-    ({"output_options": {"logprobs": 0}}, "output_options.logprobs"),
     ({"output_options": {"prompt_logprobs": 2}}, "output_options.prompt_logprobs"),
     ({"sampling_options": {"best_of": 2}}, "sampling_options.best_of"),
     ({"sampling_options": {"use_beam_search": True}}, "sampling_options.use_beam_search"),
@@ -52,8 +51,7 @@ async def test_tokens_mode_refuses_unimplemented_fields(patch, field):
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
      "response_format"),
-    ({"logprobs": True}, "logprobs"),
-    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
     ({"logit_bias": {"5": 10}}, "logit_bias"),
     ({"best_of": 3}, "best_of"),
     ({"use_beam_search": True}, "use_beam_search"),

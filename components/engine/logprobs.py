@@ -19,9 +19,7 @@ from typing import Any
 import torch
 
 from protocol.kv_side_channel import FirstLogprob
-
-MAX_TOP_LOGPROBS = 20  # what OpenAI's top_logprobs allows
-
+from protocol.limits import MAX_TOP_LOGPROBS
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:
