@@ -33,6 +33,7 @@ if [[ $QUICK == 1 ]]; then
     KV_ARGS=(--runs 3)
     TTFT_ARGS=(--runs 1 --lengths 128,1024)
     ENGINE_ARGS=(--runs 1)
+    LOGPROBS_ARGS=(--runs 1)
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
     SERVING_ARGS=(--quick)
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
@@ -42,6 +43,7 @@ else
     KV_ARGS=(--runs 5)
     TTFT_ARGS=(--runs 3)
     ENGINE_ARGS=(--runs 3)
+    LOGPROBS_ARGS=(--runs 5)
     VS_HF_ARGS=(--runs 3)
     SERVING_ARGS=(--runs 3)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
@@ -70,6 +72,7 @@ run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
 run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
+run bench_logprobs bench_logprobs "${LOGPROBS_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"
