@@ -62,7 +62,7 @@ COMMON: list[tuple[str, str, Any]] = [
     ("stop-token-ids-negative", CHAT, {"stop_token_ids": [-1]}),
     ("stream-not-bool", CHAT, {"stream": "maybe"}),
     ("ignore-eos-not-bool", CHAT, {"ignore_eos": "yes"}),
-    ("logprobs", CHAT, {"logprobs": True, "top_logprobs": 3}),
+    ("top-logprobs-over-20", CHAT, {"logprobs": True, "top_logprobs": 21}),
     ("response-format-json", CHAT, {"response_format": {"type": "json_object"}}),
     ("tool-choice-required", CHAT, {"tools": TOOLS, "tool_choice": "required"}),
     ("best-of", CHAT, {"best_of": 3}),
@@ -83,7 +83,7 @@ TOKENS_ONLY: list[tuple[str, str, Any]] = [
     ("completion-prompt-dict", COMPLETIONS, {"prompt": {"a": 1}}),
     ("completion-prompt-over-context", COMPLETIONS, {"prompt": [7] * 2100}),
     ("completion-echo", COMPLETIONS, {"prompt": "hi", "echo": True}),
-    ("completion-logprobs", COMPLETIONS, {"prompt": "hi", "logprobs": 2}),
+    ("completion-logprobs-over-20", COMPLETIONS, {"prompt": "hi", "logprobs": 21}),
 ]
 
 TEXT_ONLY: list[tuple[str, str, Any]] = [
@@ -122,6 +122,8 @@ EXTREME: list[tuple[str, str, Any]] = [
     ("top-k-whole-vocab", CHAT, {"top_k": 1 << 30, "top_p": 1e-30, "min_p": 1}),
     ("seed-int64-min", CHAT, {"seed": -(1 << 63), "temperature": 1.0}),
     ("max-tokens-one", CHAT, {"max_tokens": 1}),
+    ("logprobs-top-20-min-tokens", CHAT, {"logprobs": True, "top_logprobs": 20, "min_tokens": 4,
+                                          "temperature": 3e38}),
     # The frontend turns this into template variables (enable_thinking, ...): they must pass.
     ("reasoning-effort", CHAT, {"reasoning_effort": "high"}),
     ("template-variable", CHAT, {"chat_template_kwargs": {"enable_thinking": False}}),
