@@ -74,7 +74,7 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
-        self._chat_logprobs: Optional[ChatLogprobs] = None  # made on the first Text-mode ask
+        self._chat_logprobs = ChatLogprobs(lambda: preprocessor.tokenizer)
 
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
@@ -137,16 +137,11 @@ class DecodeHandler(BaseHandler):
         )
         chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
         stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage,
-                            self._chat_logprob_maker() if logprobs else None)
+                            self._chat_logprobs if logprobs else None)
         # model_construct: the ids come from our own tokenizer, no need to validate them again.
         prefill = PreprocessedRequest.model_construct(
             token_ids=ids, output_options=prefill_request_options(logprobs))
         return _Job(ids, params, prefill, stream, logprobs)
-
-    def _chat_logprob_maker(self) -> ChatLogprobs:
-        if self._chat_logprobs is None:
-            self._chat_logprobs = ChatLogprobs(self.preprocessor.tokenizer)
-        return self._chat_logprobs
 
     def _check_choices(self, n: Optional[int]) -> None:
         if self.config.disaggregated and n not in (None, 1):

@@ -12,6 +12,7 @@ Text mode yields OpenAI's ``choices[].logprobs.content[]`` ``{token, logprob, by
 top_logprobs}``; the token text comes from the worker's tokenizer.
 """
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -77,11 +78,13 @@ def tokens_fields(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 class ChatLogprobs:
-    """Text mode: ``meta_info`` -> ``ChoiceLogprobs``, token text from ``tokenizer``. One per
+    """Text mode: ``meta_info`` -> ``ChoiceLogprobs``, token text from the tokenizer that
+    ``tokenizer_of()`` returns (read on use: the handler's preprocessor owns it). One per
     handler: the token-text cache is shared by its requests."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        self._text = lru_cache(maxsize=TOKEN_TEXT_CACHE)(lambda t: _token_text(tokenizer, t))
+    def __init__(self, tokenizer_of: Callable[[], Any]) -> None:
+        self._text = lru_cache(maxsize=TOKEN_TEXT_CACHE)(
+            lambda t: _token_text(tokenizer_of(), t))
 
     def convert(self, meta: dict[str, Any]) -> Optional[ChoiceLogprobs]:
         entries = meta.get("output_token_logprobs")

@@ -96,7 +96,7 @@ def test_partial_character_token_has_its_own_bytes(tok):
     # A byte-level BPE token holding one byte of a multi-byte character decodes to U+FFFD;
     # its bytes must be the real byte, as OpenAI's `bytes` field promises.
     byte_token = tok.convert_tokens_to_ids("\u00e2")  # GPT-2 alphabet: byte 0xE2
-    content = ChatLogprobs(tok).convert(
+    content = ChatLogprobs(lambda: tok).convert(
         {"output_token_logprobs": [(-1.0, byte_token, None)]}).content
     assert content[0].token == "\ufffd" and content[0].bytes == [0xE2]
 
