@@ -34,11 +34,10 @@ def check_logprob_args(return_logprob: Any, top_logprobs_num: Any,
     """-> why these Engine API arguments cannot be served, or None."""
     if not isinstance(return_logprob, bool):
         return f"return_logprob must be a boolean, got {return_logprob!r}"
-    if top_logprobs_num is not None and (isinstance(top_logprobs_num, bool)
-                                         or not isinstance(top_logprobs_num, int)
-                                         or not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS):
-        return f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}], " \
-               f"got {top_logprobs_num!r}"
+    num = top_logprobs_num
+    if num is not None and (isinstance(num, bool) or not isinstance(num, int)
+                            or not 0 <= num <= MAX_TOP_LOGPROBS):
+        return f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}], got {num!r}"
     if logprob_start_len not in (None, -1):
         return "logprob_start_len (prompt logprobs) is not supported by the CPU engine"
     return None
