@@ -33,6 +33,7 @@ if [[ $QUICK == 1 ]]; then
     KV_ARGS=(--runs 3)
     TTFT_ARGS=(--runs 1 --lengths 128,1024)
     ENGINE_ARGS=(--runs 1)
+    LOGPROBS_ARGS=(--runs 1)
     VS_HF_ARGS=(--runs 1 --new-tokens 16)
     TW_ARGS=(--runs 1 --tokens 16384)
     CONSTRAINED_ARGS=(--runs 1)
@@ -49,6 +50,7 @@ else
     KV_ARGS=(--runs 5)
     TTFT_ARGS=(--runs 3)
     ENGINE_ARGS=(--runs 3)
+    LOGPROBS_ARGS=(--runs 5)
     VS_HF_ARGS=(--runs 3)
     TW_ARGS=(--runs 3)
     CONSTRAINED_ARGS=(--runs 5)
@@ -87,6 +89,7 @@ run token_cpu bench_token_cpu "${TOKEN_CPU_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run serving_styles bench_serving "${SERVING_STYLES_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
+run bench_logprobs bench_logprobs "${LOGPROBS_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 run bench_choices bench_choices "${CHOICES_ARGS[@]}"
 run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"

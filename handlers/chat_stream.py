@@ -5,17 +5,22 @@ Per choice `index`: `role` only on its first chunk, the engine's incremental `te
 (`choices: []`) closes the stream when the client asked for one; with
 `stream_options.continuous_usage_stats` every chunk carries the usage so far too, as the 1.6.1
 frontend does in Tokens mode. Usage counts the prompt once and the completions of all choices.
+Logprobs, when asked for, ride with the text their tokens made (a token whose text the engine
+still holds back, such as part of a multi-byte character, waits for the next chunk with text).
 """
 
 import time
 from typing import Any, Optional
 
 from handlers.finish import map_finish_reason, usage_from_meta
+from handlers.logprobs import ChatLogprobs
 from protocol.outputs import (
     CHUNK_OBJECT,
     ChatChoice,
     ChatCompletionChunk,
     ChatDelta,
+    ChatTokenLogprob,
+    ChoiceLogprobs,
     CompletionUsage,
     PromptTokensDetails,
     to_wire,
@@ -24,7 +29,8 @@ from protocol.outputs import (
 
 class ChatStream:
     def __init__(self, chunk_id: str, model: str, include_usage: bool,
-                 continuous_usage: bool = False) -> None:
+                 continuous_usage: bool = False,
+                 logprobs: Optional[ChatLogprobs] = None) -> None:
         self._id = chunk_id
         self._model = model
         self._created = int(time.time())
@@ -32,6 +38,8 @@ class ChatStream:
         self._continuous_usage = continuous_usage
         self._started: set[int] = set()
         self._usage: dict[int, CompletionUsage] = {}
+        self._logprobs = logprobs
+        self._held: dict[int, list[ChatTokenLogprob]] = {}  # logprobs of text not sent yet
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
@@ -52,7 +60,10 @@ class ChatStream:
         reason = map_finish_reason(meta.get("finish_reason"))
         index = int(chunk.get("index") or 0)
         text = chunk.get("text") or None
+        logprobs = self._take_logprobs(index, meta)
         if text is None and reason is None:
+            if logprobs is not None:
+                self._held[index] = logprobs.content
             return None
         first = index not in self._started
         self._started.add(index)
@@ -60,7 +71,17 @@ class ChatStream:
             self._usage[index] = usage_from_meta(meta)
         delta = ChatDelta(role="assistant" if first else None, content=text)
         usage = self._total() if self._continuous_usage else None
-        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason)], usage)
+        return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason,
+                                       logprobs=logprobs)], usage)
+
+    def _take_logprobs(self, index: int, meta: dict[str, Any]) -> Optional[ChoiceLogprobs]:
+        if self._logprobs is None:
+            return None
+        new = self._logprobs.convert(meta)
+        held = self._held.pop(index, None)
+        if held is None:
+            return new
+        return ChoiceLogprobs(held + (new.content if new is not None else []))
 
     def close(self) -> Optional[dict[str, Any]]:
         """The usage chunk, when asked for."""

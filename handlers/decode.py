@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient
@@ -23,6 +23,9 @@ from handlers.errors import (
 )
 from handlers.frontend_disagg import check_one_choice, request_bootstrap
 from handlers.guard import END, RequestGuard, Stopped, next_item
+from handlers.logprobs import (
+    ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
+)
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
 from handlers.template_kwargs import check_template_kwargs
@@ -58,6 +61,7 @@ class _Job:
     prefill_request: PreprocessedRequest
     stream: Union[TokenStream, ChatStream]
     boot: Optional[BootstrapInfo] = None  # the frontend's, when it orchestrates
+    logprob_kwargs: dict[str, Any] = field(default_factory=dict)  # return_logprob, top_...
 
 
 class DecodeHandler(BaseHandler):
@@ -76,6 +80,7 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
+        self._chat_logprobs = ChatLogprobs(lambda: preprocessor.tokenizer)
 
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
@@ -125,12 +130,14 @@ class DecodeHandler(BaseHandler):
             context_length=self.config.context_length,
             skip_tokenizer_init=True,
         )
-        return _Job(req.token_ids, params, req, TokenStream())
+        return _Job(req.token_ids, params, req, TokenStream(),
+                    tokens_logprob_kwargs(req.output_options))
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
         check_text_request(req)
         self._check_choices(req.n)
+        logprobs = text_logprob_kwargs(req)
         kwargs = req.template_kwargs()
         if kwargs:
             check_template_kwargs(kwargs, req.template_kwargs_field)
@@ -144,9 +151,12 @@ class DecodeHandler(BaseHandler):
         )
         chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
         stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage,
-                            req.wants_continuous_usage)
+                            req.wants_continuous_usage,
+                            self._chat_logprobs if logprobs else None)
         # model_construct: the ids come from our own tokenizer, no need to validate them again.
-        return _Job(ids, params, PreprocessedRequest.model_construct(token_ids=ids), stream)
+        prefill = PreprocessedRequest.model_construct(
+            token_ids=ids, output_options=prefill_request_options(logprobs))
+        return _Job(ids, params, prefill, stream, logprobs)
 
     def _check_choices(self, n: Optional[int]) -> None:
         if self.config.disaggregated:
@@ -181,6 +191,7 @@ class DecodeHandler(BaseHandler):
             sampling_params=job.sampling_params,
             stream=True,
             rid=guard.rid,
+            **job.logprob_kwargs,
             **(boot.model_dump() if boot is not None else {}),
         )
         guard.engine_started()

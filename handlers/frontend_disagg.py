@@ -16,7 +16,7 @@ from handlers.sampling import tokens_sampling_params
 from handlers.unsupported import check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.disagg import PrefillDone
-from protocol.preprocessed import PreprocessedRequest
+from protocol.preprocessed import OutputOptions, PreprocessedRequest
 from protocol.validation import ProtocolError, parse
 
 ORCHESTRATORS = ("frontend", "decode")
@@ -49,9 +49,9 @@ def check_one_choice(n: Optional[int]) -> None:
             f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}")
 
 
-def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
-    """The flat request's ids and SGLang sampling params for computing the prompt's KV and the
-    first token: one sequence, one new token. The frontend sends both legs at once, so prefill
+def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], OutputOptions]:
+    """The flat request's ids, its output options and the SGLang sampling params for computing
+    the prompt's KV and the first token: one sequence, one new token. The frontend sends both legs at once, so prefill
     refuses what decode refuses: otherwise its engine would hold the prompt's KV for a decode
     that never joins the room, until the bootstrap timeout."""
     try:
@@ -64,7 +64,7 @@ def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
     params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
                                     skip_tokenizer_init=True)
     params.update(max_new_tokens=1, n=1)
-    return ids, params
+    return ids, params, req.output_options
 
 
 def first_item(boot: BootstrapInfo) -> dict[str, Any]:

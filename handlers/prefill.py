@@ -25,6 +25,7 @@ from handlers.finish import map_finish_reason
 from handlers.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.health import HEALTH_CHECK_KEY
+from handlers.logprobs import tokens_logprob_kwargs
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
 from protocol.limits import MAX_BOOTSTRAP_ROOM
@@ -56,7 +57,7 @@ class PrefillHandler(BaseHandler):
         self, request: dict[str, Any], context: Optional[Context] = None
     ) -> AsyncIterator[dict[str, Any]]:
         from_frontend = isinstance(request, dict) and "request" not in request
-        ids, params, boot = self._leg(request, from_frontend)
+        ids, params, boot, logprobs = self._leg(request, from_frontend)
         health_check = bool(request.get(HEALTH_CHECK_KEY))
         if health_check:
             boot = boot.model_copy(update={"bootstrap_host": FAKE_BOOTSTRAP_HOST})
@@ -72,6 +73,7 @@ class PrefillHandler(BaseHandler):
                 bootstrap_port=boot.bootstrap_port,
                 bootstrap_room=boot.bootstrap_room,
                 rid=guard.rid,
+                **logprobs,
             )
             guard.engine_started()
             drain = self.spawn(self._drain(stream, guard), name=f"prefill-{guard.rid}")
@@ -92,17 +94,19 @@ class PrefillHandler(BaseHandler):
         )
         yield last_item(done) if from_frontend else done.model_dump()
 
-    def _leg(self, request: Any, from_frontend: bool) -> tuple[list[int], dict, BootstrapInfo]:
-        """Ids, sampling params and the room for either request shape."""
+    def _leg(self, request: Any, from_frontend: bool
+             ) -> tuple[list[int], dict, BootstrapInfo, dict[str, Any]]:
+        """Ids, sampling params, the room and the logprob kwargs for either request shape. The
+        first token is sampled here: its logprobs, when asked for, go to decode with the KV."""
         if from_frontend:
-            ids, params = prefill_leg(request)
+            ids, params, opts = prefill_leg(request)
             boot = request_bootstrap(request, required=False)
         else:
             try:
                 req = parse(DisaggPreprocessedRequest, request)
             except ProtocolError as exc:
                 raise RequestError(str(exc)) from None
-            ids, boot = req.request.token_ids, None
+            ids, boot, opts = req.request.token_ids, None, req.request.output_options
             # One room per request: the engine computes one sequence for it.
             params = dict(req.sampling_params)
             if "n" in params:
@@ -111,7 +115,7 @@ class PrefillHandler(BaseHandler):
             boot = BootstrapInfo(bootstrap_host=self.config.bootstrap_host,
                                  bootstrap_port=self.config.bootstrap_port,
                                  bootstrap_room=new_room())
-        return ids, params, boot
+        return ids, params, boot, tokens_logprob_kwargs(opts)
 
     async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard) -> PrefillDone:
         try:

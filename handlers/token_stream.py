@@ -2,13 +2,15 @@
 
 The engine streams incrementally (disjoint `output_ids`), so each chunk is passed through as
 is: O(1) work per chunk, nothing cumulative kept. The final chunk's tokens are delivered with
-its finish reason (the old Dynamo handler dropped them: max_tokens=1 returned nothing).
+its finish reason (the old Dynamo handler dropped them: max_tokens=1 returned nothing). Logprobs,
+when asked for, ride with their tokens (handlers/logprobs.py).
 """
 
 from typing import Any, Optional
 
 from handlers.errors import EngineError
 from handlers.finish import map_finish_reason, usage_from_meta
+from handlers.logprobs import tokens_fields
 from protocol.outputs import TokenDelta, to_wire
 
 
@@ -29,12 +31,13 @@ class TokenStream:
         if reason is None:
             if not ids:
                 return None
-            return to_wire(TokenDelta(token_ids=ids, index=index))
+            return to_wire(TokenDelta(token_ids=ids, index=index, **tokens_fields(meta)))
         usage = usage_from_meta(meta)
         self.prompt_tokens = usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
         return to_wire(
-            TokenDelta(token_ids=ids, index=index, finish_reason=reason, completion_usage=usage)
+            TokenDelta(token_ids=ids, index=index, finish_reason=reason, completion_usage=usage,
+                       **tokens_fields(meta))
         )
 
     def close(self) -> Optional[dict[str, Any]]:

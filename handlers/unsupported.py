@@ -1,12 +1,12 @@
 """Fields this worker does not implement: a request that sets one gets a 400 naming it, rather
 than a 200 that silently ignored it (a client asking for JSON must not get prose).
 
-Only a field present with a non-default value is refused (`logprobs: false`, `tools: []` are
-fine). In Tokens mode the 1.6.1 frontend turns `logprobs`/`top_logprobs` into
-`output_options.logprobs` and image/audio/video content parts into `multi_modal_data`; it drops
-`logit_bias` and handles `tools` itself, so those never reach a Tokens-mode worker. Structured
-output (`response_format`, `guided_*`, `sampling_options.guided_decoding`) is implemented:
-`handlers/guided.py`.
+Only a field present with a non-default value is refused (`echo: false`, `tools: []` are
+fine). In Tokens mode the 1.6.1 frontend turns `prompt_logprobs` into
+`output_options.prompt_logprobs` and image/audio/video content parts into `multi_modal_data`;
+it drops `logit_bias` and handles `tools` itself, so those never reach a Tokens-mode worker.
+Structured output (`response_format`, `guided_*`, `sampling_options.guided_decoding`) is
+implemented in `handlers/guided.py`, logprobs in `handlers/logprobs.py`.
 """
 
 from typing import Any, Callable, Optional
@@ -39,9 +39,7 @@ _TEXT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "functions": (_set, "tool calling"),
     "function_call": (_tool_choice, "tool calling"),
     "structured_outputs": (_set, "structured output"),
-    "logprobs": (_set, "logprobs"),
-    "top_logprobs": (_set, "logprobs"),
-    "prompt_logprobs": (_not(None), "logprobs"),
+    "prompt_logprobs": (_not(None), "prompt logprobs"),
     "logit_bias": (_set, "logit bias"),
     "best_of": (_not(1), "best-of sampling"),
     "use_beam_search": (_set, "beam search"),
@@ -75,9 +73,7 @@ def _first_set(pairs: list[tuple[str, Any, str]]) -> Optional[tuple[str, str]]:
 def check_tokens_request(req: PreprocessedRequest) -> None:
     opts, out = req.sampling_options, req.output_options
     hit = _first_set([
-        ("output_options.logprobs (from logprobs/top_logprobs)", out.logprobs is not None,
-         "logprobs"),
-        ("output_options.prompt_logprobs", out.prompt_logprobs is not None, "logprobs"),
+        ("output_options.prompt_logprobs", out.prompt_logprobs is not None, "prompt logprobs"),
         ("sampling_options.best_of", _not(1)(opts.best_of), "best-of sampling"),
         ("sampling_options.use_beam_search", bool(opts.use_beam_search), "beam search"),
         ("sampling_options.length_penalty", _not(1.0)(opts.length_penalty), "beam search"),

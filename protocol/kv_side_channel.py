@@ -17,7 +17,8 @@ Prefill -> decode (ROUTER -> DEALER):
   ``Abort``     prefill failed or gave the room up; no WRITE of the room is in flight any more;
   ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more.
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
-  ``KVNotif``   ``{room, first_token}``.
+  ``KVNotif``   ``{room, first_token, logprob?}``: ``logprob`` only when the request asked for
+                logprobs (the first token's, and its top alternatives, as ``FirstLogprob``).
 
 Every decode uses ``msgspec.msgpack.Decoder(type=...)`` after a size check: a message too big or
 of the wrong shape is dropped by the receiver. The bounds below are what a hostile peer can make
@@ -30,7 +31,7 @@ from typing import Annotated, Union
 
 import msgspec
 
-from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
+from protocol.limits import MAX_BOOTSTRAP_ROOM, MAX_TOP_LOGPROBS, MIN_BOOTSTRAP_ROOM
 
 # Rooms are picked in [1, 2^63); 0 is SGLang's "not written" marker, so it is refused.
 Room = Annotated[int, msgspec.Meta(ge=MIN_BOOTSTRAP_ROOM, le=MAX_BOOTSTRAP_ROOM)]
@@ -48,7 +49,8 @@ Token = Annotated[bytes, msgspec.Meta(max_length=64)]
 
 # Enforced by ZMQ (MAXMSGSIZE drops the connection) and again before any decode.
 MAX_MESSAGE_BYTES = 2 << 20
-MAX_NOTIF_BYTES = 64
+# A notification with 20 top logprobs is ~330 bytes.
+MAX_NOTIF_BYTES = 512
 
 
 class KVLayout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -111,9 +113,21 @@ class Holding(msgspec.Struct, tag="holding", frozen=True, forbid_unknown_fields=
     agent_name: AgentName
 
 
-class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
+
+
+class FirstLogprob(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
+    """The first token's logprob and its best alternatives ``(logprob, token_id)``, best first."""
+
+    logprob: float
+    top: Annotated[list[tuple[float, TokenId]], msgspec.Meta(max_length=MAX_TOP_LOGPROBS)] = []
+
+
+class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    # omit_defaults: without logprobs the notification is the same bytes as before they existed
     room: Room
-    first_token: Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
+    first_token: TokenId
+    logprob: FirstLogprob | None = None
 
 
 ToPrefill = Union[Hello, Register, Abort]

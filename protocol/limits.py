@@ -13,3 +13,6 @@ MAX_BOOTSTRAP_ROOM = (1 << 63) - 1
 
 # A choice count above this is a mistake (each choice is a full sequence in the engine).
 MAX_CHOICES = 128
+
+# top_logprobs / logprobs: alternatives per generated token (OpenAI's limit for top_logprobs).
+MAX_TOP_LOGPROBS = 20

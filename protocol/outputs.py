@@ -22,13 +22,26 @@ class CompletionUsage(msgspec.Struct, omit_defaults=True):
     prompt_tokens_details: Optional[PromptTokensDetails] = None
 
 
+class TopLogprob(msgspec.Struct):
+    """Tokens mode, Dynamo's shape: one alternative at one position, ``rank`` from 1. ``token``
+    is null: the frontend, which has the tokenizer, fills the text."""
+
+    rank: int
+    token_id: int
+    token: Optional[str]
+    logprob: float
+
+
 class TokenDelta(msgspec.Struct, omit_defaults=True):
-    """Tokens mode: disjoint new token ids of one choice; the last one has the finish reason."""
+    """Tokens mode: disjoint new token ids of one choice; the last one has the finish reason.
+    With logprobs: ``log_probs`` and ``top_logprobs`` align with ``token_ids`` by position."""
 
     token_ids: list[int]
     index: int = 0
     finish_reason: Optional[str] = None
     completion_usage: Optional[CompletionUsage] = None
+    log_probs: Optional[list[float]] = None
+    top_logprobs: Optional[list[list[TopLogprob]]] = None
 
 
 class ChatDelta(msgspec.Struct, omit_defaults=True):
@@ -36,10 +49,30 @@ class ChatDelta(msgspec.Struct, omit_defaults=True):
     content: Optional[str] = None
 
 
-class ChatChoice(msgspec.Struct):
+class ChatTopLogprob(msgspec.Struct):
+    """OpenAI's ``top_logprobs[]`` entry; ``bytes`` are the token's UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: Optional[list[int]]
+
+
+class ChatTokenLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: Optional[list[int]]
+    top_logprobs: list[ChatTopLogprob]
+
+
+class ChoiceLogprobs(msgspec.Struct):
+    content: list[ChatTokenLogprob]
+
+
+class ChatChoice(msgspec.Struct, omit_defaults=True):
     index: int
     delta: ChatDelta
-    finish_reason: Optional[str]  # always sent, null until the choice ends (OpenAI shape)
+    finish_reason: Optional[str]  # always sent (no default), null until the choice ends
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):

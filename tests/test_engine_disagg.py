@@ -49,10 +49,11 @@ def agg(tiny_model_path):
     eng.shutdown()
 
 
-async def pair(prefill, decode, ids, params, stream=False):
+async def pair(prefill, decode, ids, params, stream=False, **kw):
     b = boot(prefill)
-    p_task = asyncio.create_task(prefill.final(input_ids=ids, sampling_params=params, **b))
-    d = await decode.async_generate(input_ids=ids, sampling_params=params, stream=stream, **b)
+    p_task = asyncio.create_task(prefill.final(input_ids=ids, sampling_params=params, **b, **kw))
+    d = await decode.async_generate(input_ids=ids, sampling_params=params, stream=stream, **b,
+                                    **kw)
     if stream:
         d = await asyncio.wait_for(drain(d), 30)
     return await asyncio.wait_for(p_task, 30), d
@@ -102,6 +103,26 @@ async def test_disagg_seeded_sampling_matches_aggregated(prefill, decode, agg):
     want = await agg.async_generate(input_ids=ids, sampling_params=params)
     _, d = await pair(prefill, decode, ids, params)
     assert d["output_ids"] == want["output_ids"]
+
+
+async def test_disagg_logprobs_match_aggregated(prefill, decode, agg):
+    # The first token's logprobs are computed by the prefill and ride the KV notification.
+    lp = {"return_logprob": True, "top_logprobs_num": 20}
+    for params in (GREEDY, {"temperature": 0.7, "max_new_tokens": 8, "sampling_seed": 3}):
+        ids = random_prompt(45, agg.vocab_size, seed=11)
+        want = (await agg.async_generate(input_ids=ids, sampling_params=params, **lp))
+        _, chunks = await pair(prefill, decode, ids, params, stream=True, **lp)
+        for key in ("output_token_logprobs", "output_top_logprobs"):
+            got = [e for c in chunks for e in c["meta_info"][key]]
+            assert got == want["meta_info"][key], key
+    # A prefill that was not asked for them cannot give decode the first token's.
+    ids = random_prompt(20, agg.vocab_size, seed=12)
+    b = boot(prefill)
+    p_task = asyncio.create_task(prefill.final(input_ids=ids, sampling_params=GREEDY, **b))
+    d = await decode.async_generate(input_ids=ids, sampling_params=GREEDY, **b, **lp)
+    await asyncio.wait_for(p_task, 30)
+    assert "no logprobs" in d["meta_info"]["finish_reason"]["message"]
+    await assert_pools_empty(prefill, decode)
 
 
 async def test_decode_abort_while_waiting_for_kv(prefill, decode):

@@ -114,8 +114,8 @@ async def test_abort_all_and_duplicate_rid(engine):
 
 
 async def test_unsupported_features_raise(engine):
-    with pytest.raises(ValueError, match="return_logprob"):
-        await engine.async_generate(input_ids=[1], return_logprob=True)
+    with pytest.raises(ValueError, match="token_ids_logprob"):
+        await engine.async_generate(input_ids=[1], token_ids_logprob=[3])
     with pytest.raises(ValueError, match="batched"):
         await engine.async_generate(prompt=["a", "b"])
     with pytest.raises(ValueError, match="rid"):

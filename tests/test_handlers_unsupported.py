@@ -29,7 +29,6 @@ def handler(tokens: bool, engine: FakeEngine) -> DecodeHandler:
 
 
 @pytest.mark.parametrize("patch, field", [
-    ({"output_options": {"logprobs": 0}}, "output_options.logprobs"),
     ({"output_options": {"prompt_logprobs": 2}}, "output_options.prompt_logprobs"),
     ({"sampling_options": {"best_of": 2}}, "sampling_options.best_of"),
     ({"sampling_options": {"use_beam_search": True}}, "sampling_options.use_beam_search"),
@@ -47,8 +46,7 @@ async def test_tokens_mode_refuses_unimplemented_fields(patch, field):
 @pytest.mark.parametrize("patch, field", [
     ({"tools": TOOLS}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"logprobs": True}, "logprobs"),
-    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
     ({"logit_bias": {"5": 10}}, "logit_bias"),
     ({"best_of": 3}, "best_of"),
     ({"use_beam_search": True}, "use_beam_search"),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.kv_pool import KVPool, PageRun
+from components.engine.logprobs import TokenLogprob, first_from_wire, first_to_wire
 from components.engine.kv_transport import (
     KVArrived, KVTransport, RoomReleased, TransferDone, TransferFailed, engine_peering,
 )
@@ -44,6 +45,7 @@ class Adopt:
 
     seq: Sequence
     first_token: int
+    logprob: TokenLogprob | None = None  # the prefill's, when the request asked for logprobs
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,8 @@ class DisaggCoordinator:
         room = seq.bootstrap.room
         try:
             self.transport.add_prefill(room, self._pool.token_runs(seq.pages, seq.prompt_len),
-                                       first_token, seq.rid)
+                                       first_token, seq.rid,
+                                       first_to_wire(seq.out_logprobs, seq.return_logprob))
         except ValueError as exc:
             return [Fail(seq, f"KV transfer not started: {exc}", FAILURE_STATUS)]
         deadline = (time.monotonic() + self._cfg.bootstrap_timeout + self._cfg.transfer_timeout
@@ -198,7 +201,10 @@ class DisaggCoordinator:
         if not 0 <= ev.first_token < self._vocab_size:
             return [Fail(entry.seq, f"prefill sent first token {ev.first_token} outside the "
                          "vocabulary", FAILURE_STATUS)]
-        return [Adopt(entry.seq, ev.first_token)]
+        if entry.seq.return_logprob and ev.logprob is None:
+            return [Fail(entry.seq, "prefill sent no logprobs for the first token (was it asked "
+                         "for them?)", FAILURE_STATUS)]
+        return [Adopt(entry.seq, ev.first_token, first_from_wire(ev.logprob))]
 
     def _on_done(self, room: int) -> list[Action]:
         entry = self._rooms.pop(room, None)

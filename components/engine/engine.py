@@ -27,6 +27,7 @@ from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.forks import make_choices
 from components.engine.grammar import GrammarBackend, grammar_of
 from components.engine.kv_events import KvEventListener
+from components.engine.logprobs import check_logprob_args
 from components.engine.loop_batcher import LoopBatcher
 from components.engine.sampling_params import SamplingParams
 from components.engine.sequence import Bootstrap, Sequence
@@ -39,8 +40,7 @@ SHUTDOWN_JOIN_S = 30.0
 # Engine API parameters this engine cannot honour: passing a non-default value is an error.
 _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
     "image_data": None, "audio_data": None, "video_data": None, "mm_hashes": None,
-    "mm_content_hashes": None, "return_logprob": False, "logprob_start_len": None,
-    "top_logprobs_num": None, "token_ids_logprob": None, "lora_path": None,
+    "mm_content_hashes": None, "token_ids_logprob": None, "lora_path": None,
     "custom_logit_processor": None, "require_reasoning": False, "return_hidden_states": False,
     "return_routed_experts": False, "session_params": None, "session_id": None,
 }
@@ -204,6 +204,10 @@ class CpuEngine(SyncGenerateMixin):
             raise ValueError(f"rid must be a non-empty string, got {rid!r}")
         seq = self._make_sequence(rid, prompt, input_ids, sampling_params, stream,
                                   bootstrap_host, bootstrap_port, bootstrap_room)
+        seq.reject = seq.reject or check_logprob_args(return_logprob, top_logprobs_num,
+                                                      logprob_start_len)
+        seq.return_logprob = return_logprob is True
+        seq.top_logprobs_num = (top_logprobs_num or 0) if seq.reject is None else 0
         n = seq.params.n if seq.reject is None else 1
         group = make_choices(seq, n) if n > 1 else [seq]
         loop = asyncio.get_running_loop()

@@ -31,7 +31,8 @@ def make_choices(leader: Sequence, n: int) -> list[Sequence]:
     leader.forks = [
         # The ids come from the leader once it is checked (and tokenized): share_plan.
         Sequence(rid=uuid.uuid4().hex, params=leader.params, sink=leader.sink,
-                 stream=leader.stream, index=i, parent_rid=parent)
+                 stream=leader.stream, index=i, parent_rid=parent,
+                 return_logprob=leader.return_logprob, top_logprobs_num=leader.top_logprobs_num)
         for i in range(1, n)
     ]
     return [leader, *leader.forks]

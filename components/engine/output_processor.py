@@ -18,6 +18,7 @@ from components.engine.batch import Batch
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from components.engine.forks import choice_seed, expand
 from components.engine.grammar import BitmaskApplier, RequestGrammar
+from components.engine.logprobs import TokenLogprob, meta_fields, token_logprobs
 from components.engine.sampling import SamplingFailed, SamplingState, make_generator, sample
 from components.engine.sequence import Sequence
 
@@ -72,8 +73,10 @@ class OutputProcessor:
         ``(seq, token, finish reason or None)``; the scheduler applies the finishes."""
         rows, logits = expand(batch.sampled, logits)  # n > 1: the choices forking off now
         self._masks.apply(logits, [s.grammar for s in rows])
+        tokens = sample(logits, [s.sampling for s in rows])
+        _record_logprobs(rows, tokens, logits)
         out = []
-        for seq, token in zip(rows, sample(logits, [s.sampling for s in rows])):
+        for seq, token in zip(rows, tokens):
             if isinstance(token, SamplingFailed):  # this request alone; its parameters did it
                 out.append((seq, -1, finish_abort(token.message, 400)))
             elif self._defer_first_token and not seq.output_ids:
@@ -104,9 +107,14 @@ class OutputProcessor:
             self.emit(seq)
         return reason
 
-    def adopt_first_token(self, seq: Sequence, token: int) -> FinishReason | None:
-        """Decode mode: the prefill engine sampled ``token``; continue from it."""
+    def adopt_first_token(self, seq: Sequence, token: int,
+                          logprob: TokenLogprob | None) -> FinishReason | None:
+        """Decode mode: the prefill engine sampled ``token`` (and computed its logprobs when
+        asked); continue from it."""
         _skip_prefill_draw(seq, self.vocab_size)
+        if seq.return_logprob and logprob is not None:
+            seq.out_logprobs.append(
+                TokenLogprob(logprob.logprob, logprob.top[:seq.top_logprobs_num]))
         return self.append(seq, token)
 
     def add_prefill_token(self, seq: Sequence, token: int) -> None:
@@ -143,8 +151,13 @@ class OutputProcessor:
                 return
         ids = seq.output_ids[seq.num_sent_ids:]
         text, seq.unsent_text = seq.unsent_text, ""
+        chunk = build_chunk(seq, self.tokenizer is not None, ids, text)
+        if seq.return_logprob:
+            chunk["meta_info"].update(meta_fields(
+                seq.out_logprobs[seq.num_sent_ids:len(seq.output_ids)], ids,
+                seq.top_logprobs_num))
         seq.num_sent_ids = len(seq.output_ids)
-        seq.sink(build_chunk(seq, self.tokenizer is not None, ids, text), final)
+        seq.sink(chunk, final)
 
 
 def build_chunk(seq: Sequence, with_text: bool, output_ids: list[int], text: str
@@ -169,6 +182,21 @@ def _grammar_finish(grammar: RequestGrammar, token: int) -> FinishReason | None:
     if not grammar.accept(token):  # the mask allowed only what it accepts
         return finish_abort(f"token {token} broke the request's grammar", 500)
     return finish_stop_token(token) if grammar.terminated else None
+
+
+def _record_logprobs(rows: list[Sequence], tokens: list, logits: torch.Tensor) -> None:
+    """Logprobs of the sampled tokens, for the rows that asked (none asked: no work). In
+    prefill mode the first token's entry waits here until the token follows it to decode."""
+    want = [i for i, (seq, tok) in enumerate(zip(rows, tokens))
+            if seq.return_logprob and not isinstance(tok, SamplingFailed)]
+    if not want:
+        return
+    params = [rows[i].params for i in want]
+    entries = token_logprobs(
+        logits, want, [1.0 if p.is_greedy else p.temperature for p in params],
+        [tokens[i] for i in want], [rows[i].top_logprobs_num for i in want])
+    for i, entry in zip(want, entries):
+        rows[i].out_logprobs.append(entry)
 
 
 def _is_stop_str(reason: FinishReason) -> bool:

@@ -197,7 +197,8 @@ class Scheduler:
                 seq = action.seq
                 seq.status = Status.RUNNING
                 self.running.append(seq)
-                reason = self.processor.adopt_first_token(seq, action.first_token)
+                reason = self.processor.adopt_first_token(seq, action.first_token,
+                                                         action.logprob)
                 if reason is not None:
                     self.finish(seq, reason)
             elif isinstance(action, Complete):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from components.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from components.engine.kv_pool import PageRun
+from components.engine.logprobs import TokenLogprob
 from components.engine.sampling import SamplingState
 from components.engine.sampling_params import SamplingParams
 
@@ -46,6 +47,8 @@ class Sequence:
     bootstrap: Bootstrap | None = None
     stream: bool = True               # False: only the final, cumulative chunk is sent
     reject: str | None = None         # found bad on the caller's side: ends with a 400 abort
+    return_logprob: bool = False      # SGLang's Engine API flags (components/engine/logprobs.py)
+    top_logprobs_num: int = 0
     created_at: float = field(default_factory=time.perf_counter)
     # n > 1 (components/engine/forks.py): this choice's index, the caller's rid, and on the
     # leader (choice 0) the other choices until its prompt's KV is forked into them.
@@ -70,6 +73,7 @@ class Sequence:
     num_sent_ids: int = 0
     unsent_text: str = ""
     first_token_at: float | None = None
+    out_logprobs: list[TokenLogprob] = field(default_factory=list)  # aligned with output_ids
 
     @property
     def prompt_len(self) -> int:

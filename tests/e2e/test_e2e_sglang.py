@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
+from tests.e2e.logprobs_checks import check_chat
 from tests.topologies import AGG, CONTEXT_LENGTH, SGLANG, start_sglang_topology
 from harness.topology import wait_until
 from tests.e2e.transformers_ref import greedy_ids
@@ -245,6 +246,11 @@ def test_registration_carries_the_resolved_engine_config(stack):
     assert runtime["context_length"] == CONTEXT_LENGTH
     assert runtime["max_num_seqs"] == 32
     assert 0 < runtime["total_kv_blocks"] <= 8192
+
+
+def test_logprobs_equal_cpu_engine_and_transformers(stack, http, tokenizer, tiny_model_path):
+    # return_logprob / top_logprobs_num on sglang.Engine, read from its meta_info.
+    check_chat(http, stack.url, tokenizer, tiny_model_path, PROMPTS[1], model=SGLANG)
 
 
 def test_sigterm_after_traffic_unregisters_drains_and_exits_zero(stack, http):

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
+from tests.e2e.logprobs_checks import check_chat
 from tests.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -66,6 +67,7 @@ def test_text_max_tokens_one_and_stop_string(text_stack, http):
     ({"n": 2}, ["n=1"]),
     # A pre-tokenized prompt reaches the worker unchecked; the worker names the bad id.
     ({"nvext": {"token_data": [1, 2, 99999]}}, ["99999", "out of vocabulary"]),
+    ({"logprobs": True, "top_logprobs": 21}, ["top_logprobs", "20"]),
 ])
 def test_text_bad_request_is_a_400_naming_the_problem(text_stack, http, extra, words):
     r = post(http, text_stack.url, "chat/completions",
@@ -122,3 +124,8 @@ def test_long_preprocessing_does_not_stall_other_streams(text_stack, tokenizer):
     assert len(gaps) >= 5, f"only {len(gaps)} tokens arrived in {preprocess_s:.2f}s"
     print(f"long request {preprocess_s:.2f}s, max token gap {max(gaps) * 1000:.0f}ms")
     assert max(gaps) < preprocess_s / 3, (max(gaps), preprocess_s)
+
+
+def test_text_chat_logprobs_match_transformers_and_aggregated(text_stack, http, tokenizer,
+                                                              tiny_model_path):
+    check_chat(http, text_stack.url, tokenizer, tiny_model_path, PROMPTS[1])

@@ -12,6 +12,7 @@ import pytest
 
 from harness.topology import wait_until
 from tests.e2e.client import chat, completion, error_message, post, stream, user
+from tests.e2e.logprobs_checks import check_chat, check_completions
 from tests.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -209,3 +210,13 @@ def test_disconnect_before_first_token_frees_all_pages(tokens_stack, http, attem
     _pages_settle_to_zero(tokens_stack)
     ok = chat(http, tokens_stack.url, chat_body(DISAGG, "next", max_tokens=2))
     assert ok["usage"]["completion_tokens"] == 2
+
+
+def test_chat_logprobs_match_transformers_and_aggregated(tokens_stack, http, tokenizer,
+                                                         tiny_model_path):
+    check_chat(http, tokens_stack.url, tokenizer, tiny_model_path, PROMPTS[1])
+
+
+def test_completions_logprobs_match_transformers_and_aggregated(tokens_stack, http, tokenizer,
+                                                                tiny_model_path):
+    check_completions(http, tokens_stack.url, tokenizer, tiny_model_path, "Once upon a time")

@@ -26,3 +26,26 @@ def greedy_ids(model_path: str, prompt: list[int], n: int) -> list[int]:
             out.append(nxt)
             ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
     return out
+
+
+def greedy_logprobs(model_path: str, prompt: list[int], n: int, top: int
+                    ) -> tuple[list[int], list[float], list[list[tuple[float, int]]]]:
+    """`n` argmax steps with, per step, `log_softmax` of transformers' logits: the chosen
+    token's logprob and the `top` best (logprob, id) pairs (SGLang's greedy logprobs)."""
+    import torch
+
+    model = _model(model_path)
+    ids = torch.tensor([prompt])
+    out: list[int] = []
+    lps: list[float] = []
+    tops: list[list[tuple[float, int]]] = []
+    with torch.no_grad():
+        for _ in range(n):
+            logp = torch.log_softmax(model(ids).logits[0, -1].float(), dim=-1)
+            nxt = int(logp.argmax())
+            vals, idx = torch.topk(logp, top)
+            out.append(nxt)
+            lps.append(float(logp[nxt]))
+            tops.append(list(zip(vals.tolist(), idx.tolist())))
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    return out, lps, tops

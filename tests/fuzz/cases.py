@@ -62,7 +62,7 @@ COMMON: list[tuple[str, str, Any]] = [
     ("stop-token-ids-negative", CHAT, {"stop_token_ids": [-1]}),
     ("stream-not-bool", CHAT, {"stream": "maybe"}),
     ("ignore-eos-not-bool", CHAT, {"ignore_eos": "yes"}),
-    ("logprobs", CHAT, {"logprobs": True, "top_logprobs": 3}),
+    ("top-logprobs-over-20", CHAT, {"logprobs": True, "top_logprobs": 21}),
     ("response-format-bad-schema", CHAT,
      {"response_format": {"type": "json_schema",
                           "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}}),
@@ -85,7 +85,7 @@ TOKENS_ONLY: list[tuple[str, str, Any]] = [
     ("completion-prompt-dict", COMPLETIONS, {"prompt": {"a": 1}}),
     ("completion-prompt-over-context", COMPLETIONS, {"prompt": [7] * 2100}),
     ("completion-echo", COMPLETIONS, {"prompt": "hi", "echo": True}),
-    ("completion-logprobs", COMPLETIONS, {"prompt": "hi", "logprobs": 2}),
+    ("completion-logprobs-over-20", COMPLETIONS, {"prompt": "hi", "logprobs": 21}),
 ]
 
 TEXT_ONLY: list[tuple[str, str, Any]] = [
@@ -126,6 +126,8 @@ EXTREME: list[tuple[str, str, Any]] = [
     # Aggregated: that many choices; disaggregated: a 400 (one KV transfer per request).
     ("n-two", CHAT, {"n": 2, "temperature": 1.0}),
     ("n-max", CHAT, {"n": 128, "temperature": 1.0}),
+    ("logprobs-top-20-min-tokens", CHAT, {"logprobs": True, "top_logprobs": 20, "min_tokens": 4,
+                                          "temperature": 3e38}),
     # The frontend turns this into template variables (enable_thinking, ...): they must pass.
     ("reasoning-effort", CHAT, {"reasoning_effort": "high"}),
     ("template-variable", CHAT, {"chat_template_kwargs": {"enable_thinking": False}}),

@@ -216,7 +216,7 @@ class DecodeSide:
             self._release(r)
         else:
             del self._rooms[r.room]
-            self._emit(KVArrived(r.room, notif.first_token))
+            self._emit(KVArrived(r.room, notif.first_token, notif.logprob))
 
     # --- endings ------------------------------------------------------------------------------
     def _fail(self, r: _Room, message: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.kv_side_channel import FirstLogprob
+
 
 @dataclass(frozen=True)
 class TransferDone:
@@ -18,6 +20,7 @@ class KVArrived:
 
     room: int
     first_token: int
+    logprob: FirstLogprob | None = None  # when the request asked for logprobs
 
 
 @dataclass(frozen=True)

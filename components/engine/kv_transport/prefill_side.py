@@ -24,7 +24,9 @@ from components.engine.kv_transport.peers import (
 )
 from components.engine.kv_transport.prefill_writes import PrefillWrites, Registration, PrefillRoom
 from components.engine.kv_transport.runs import Run
-from protocol.kv_side_channel import Abort, AbortAck, Hello, Holding, KVLayout, Register
+from protocol.kv_side_channel import (
+    Abort, AbortAck, FirstLogprob, Hello, Holding, KVLayout, Register,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ class PrefillSide(PrefillWrites):
                 "rooms": len(self._rooms), "zombies": len(self._zombies)}
 
     # --- engine calls -------------------------------------------------------------------------
-    def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str) -> None:
+    def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
+                    logprob: FirstLogprob | None = None) -> None:
         if room in self._rooms:
             raise ValueError(f"room {room} is already being transferred")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
@@ -56,7 +59,8 @@ class PrefillSide(PrefillWrites):
         if tomb is not None:
             self._emit(TransferFailed(room, tomb))
             return
-        r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic())
+        r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic(),
+                        logprob=logprob)
         self._rooms[room] = r
         r.reg = self._take_registration(room)
         if r.reg is not None:

@@ -22,7 +22,7 @@ from components.engine.kv_transport.events import (
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peers import Throttle, Tombstones
 from components.engine.kv_transport.runs import Run, coalesce, pair_runs, total_bytes
-from protocol.kv_side_channel import Abort, AbortAck, Holding, KVNotif, encode
+from protocol.kv_side_channel import Abort, AbortAck, FirstLogprob, Holding, KVNotif, encode
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class PrefillRoom:
     ack_to: bytes | None = None  # connection that aborted the room and waits for AbortAck
     holding_since: float | None = None  # the WRITE timed out and NIXL would not release it
     nbytes: int = 0  # what the WRITE moves
+    logprob: FirstLogprob | None = None  # the first token's, when the request asked for them
 
 
 @dataclass
@@ -103,7 +104,7 @@ class PrefillWrites:
         reg = r.reg
         try:
             src, dst = coalesce(*pair_runs(r.runs, reg.runs))
-            notif = encode(KVNotif(room=r.room, first_token=r.first_token))
+            notif = encode(KVNotif(room=r.room, first_token=r.first_token, logprob=r.logprob))
             r.handle, state = self._nixl.write(reg.agent, src, dst, notif)
         except (ValueError, *self._nixl.errors) as exc:
             logger.warning("room %s (rid %s): KV WRITE not started: %s", r.room, r.rid, exc)

@@ -7,7 +7,7 @@ Created, used and closed on the engine thread only; nothing here blocks longer t
 - decode, per room, connects to that server (one DEALER per prefill, ``hello`` with its NIXL
   agent metadata once per peer) and registers the room's destination runs;
 - once the prefill has both the room's local KV (``add_prefill``) and the registration, in either
-  order, it posts one NIXL WRITE carrying a notification ``{room, first_token}`` (msgpack);
+  order, it posts one NIXL WRITE carrying a notification ``{room, first_token, logprob?}`` (msgpack);
 - decode's ``poll`` sees the notification: ``KVArrived``; prefill's ``poll`` sees DONE:
   ``TransferDone``.
 
@@ -67,7 +67,7 @@ from components.engine.kv_transport.peers import Throttle
 from components.engine.kv_transport.prefill_side import PrefillSide
 from components.engine.kv_transport.prefill_writes import TransferTotals
 from components.engine.kv_transport.runs import Run
-from protocol.kv_side_channel import Hello
+from protocol.kv_side_channel import FirstLogprob, Hello
 
 __all__ = ["KVTransport"]
 
@@ -148,11 +148,12 @@ class KVTransport:
         return bool(self._events) or self._side.busy
 
     # --- engine calls -------------------------------------------------------------------------
-    def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str) -> None:
+    def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
+                    logprob: FirstLogprob | None = None) -> None:
         self._require("prefill", "add_prefill")
         # Read pending messages first: a decode abort that already arrived must win over a WRITE.
         self._service(0.0)
-        self._side.add_prefill(int(room), runs, int(first_token), rid)
+        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob)
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
                    runs: list[Run], rid: str) -> None:

@@ -21,11 +21,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 TOP = 3
 
 
-def pending(request, feature: str) -> None:
-    request.applymarker(pytest.mark.xfail(reason=f"issue 10: {feature} not merged yet",
-                                          strict=True))
-
-
 def _check_logprob(item: dict, top: int) -> None:
     """Dynamo tests/utils/payloads.py::ChatPayloadWithLogprobs, per content item."""
     assert {"token", "logprob", "bytes", "top_logprobs"} <= set(item), item
@@ -39,11 +34,10 @@ def _check_logprob(item: dict, top: int) -> None:
     assert item["top_logprobs"][0]["logprob"] >= item["logprob"] - 1e-4
 
 
-def test_chat_logprobs(stack, model, http, request):
+def test_chat_logprobs(stack, model, http):
     """sglang test_openai_server.py::run_chat_completion (logprobs=5: top_logprobs has that
     many entries of str tokens) and Dynamo payloads.py::ChatPayloadWithLogprobs (finite logprob
     <= 0, bytes, top_logprobs entries): one item per generated token."""
-    pending(request, "logprobs")
     got = chat(http, stack.url, chat_body(model, logprobs=True, top_logprobs=TOP))
     items = got["choices"][0]["logprobs"]["content"]
     assert len(items) == got["usage"]["completion_tokens"] == MAX_TOKENS
@@ -52,10 +46,9 @@ def test_chat_logprobs(stack, model, http, request):
     assert "".join(i["token"] for i in items) == got["choices"][0]["message"]["content"]
 
 
-def test_chat_logprobs_streamed(stack, model, http, request):
+def test_chat_logprobs_streamed(stack, model, http):
     """sglang test_openai_server.py::run_chat_completion_stream (logprobs on every content chunk,
     top_logprobs of the requested length)."""
-    pending(request, "logprobs")
     events = chunks(http, stack.url, "chat/completions",
                     chat_body(model, logprobs=True, top_logprobs=TOP))
     items = [i for e in events for c in e["choices"] if c.get("delta", {}).get("content")
@@ -65,13 +58,12 @@ def test_chat_logprobs_streamed(stack, model, http, request):
         _check_logprob(item, TOP)
 
 
-def test_completion_logprobs(stack, model, http, request):
+def test_completion_logprobs(stack, model, http):
     """sglang test_openai_server.py::run_completion (logprobs=5: str tokens, top_logprobs dicts,
     a token_logprob for the first token) and Dynamo payloads.py::CompletionPayloadWithLogprobs
     (token_logprobs as long as tokens). Tokens mode: Text mode has no /v1/completions."""
     if not stack.tokens:
         pytest.skip("Text mode serves /v1/completions not at all")
-    pending(request, "logprobs")
     body = {"model": model, "prompt": "The sea is", "max_tokens": MAX_TOKENS, "temperature": 0,
             "ignore_eos": True, "logprobs": TOP}
     lp = completion(http, stack.url, body)["choices"][0]["logprobs"]
@@ -81,7 +73,7 @@ def test_completion_logprobs(stack, model, http, request):
     assert all(isinstance(t, dict) and 0 < len(t) <= TOP for t in lp["top_logprobs"])
 
 
-def test_n_choices_in_aggregated_mode(stack, http, request):
+def test_n_choices_in_aggregated_mode(stack, http):
     """sglang test_openai_server.py::run_chat_completion (parallel_sample_num=2: that many
     choices) and Dynamo payloads.py::ChatPayload.expected_num_choices; temperature > 0, which the
     1.6.1 frontend requires for n > 1 (test_peer_limits.py)."""
@@ -92,7 +84,7 @@ def test_n_choices_in_aggregated_mode(stack, http, request):
     assert got["usage"]["completion_tokens"] == 2 * MAX_TOKENS
 
 
-def test_n_choices_streamed_in_aggregated_mode(stack, http, request):
+def test_n_choices_streamed_in_aggregated_mode(stack, http):
     """sglang run_chat_completion_stream (n=2): each index's first chunk has the role, each
     index gets exactly one finish_reason."""
     events = chunks(http, stack.url, "chat/completions",
@@ -135,7 +127,7 @@ def _json_object_so_far(text: str, finished: bool) -> None:
         assert text.lstrip().startswith("{"), text
 
 
-def test_response_format_json_object(stack, model, http, request):
+def test_response_format_json_object(stack, model, http):
     """sglang test/srt/openai_server/features/test_json_mode.py::test_json_mode_response: the
     answer parses as a JSON object without the prompt asking for JSON."""
     body = chat_body(model, **STRUCTURED, response_format={"type": "json_object"})
@@ -143,7 +135,7 @@ def test_response_format_json_object(stack, model, http, request):
     _json_object_so_far(choice["message"]["content"], choice["finish_reason"] == "stop")
 
 
-def test_response_format_json_schema(stack, model, http, request):
+def test_response_format_json_schema(stack, model, http):
     """sglang features/test_json_constrained.py and Dynamo payloads.py::GuidedDecodingChatPayload
     (valid JSON object with the required keys)."""
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
@@ -151,7 +143,7 @@ def test_response_format_json_schema(stack, model, http, request):
     assert parsed["answer"] in ("yes", "no"), parsed
 
 
-def test_response_format_json_object_streamed(stack, model, http, request):
+def test_response_format_json_object_streamed(stack, model, http):
     """sglang test_json_mode.py::test_json_mode_with_streaming: the concatenated deltas parse."""
     events = chunks(http, stack.url, "chat/completions",
                     chat_body(model, **STRUCTURED, response_format={"type": "json_object"}))
@@ -173,7 +165,7 @@ def test_dynamo_guided_decoding(stack, model, http, request, field, value, check
     assert check(text), text
 
 
-def test_continuous_usage_stats(stack, model, http, request):
+def test_continuous_usage_stats(stack, model, http):
     """sglang features/test_continuous_usage_stats.py::test_continuous_usage_stats_enabled: with
     continuous_usage_stats every content chunk carries usage, completion_tokens counting up, and
     the last usage adds up. In Tokens mode the 1.6.1 frontend does it; in Text mode the worker
