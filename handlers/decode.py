@@ -131,7 +131,7 @@ class DecodeHandler(BaseHandler):
             skip_tokenizer_init=True,
         )
         return _Job(req.token_ids, params, req, TokenStream(),
-                    tokens_logprob_kwargs(req.output_options))
+                    logprob_kwargs=tokens_logprob_kwargs(req.output_options))
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
@@ -156,7 +156,7 @@ class DecodeHandler(BaseHandler):
         # model_construct: the ids come from our own tokenizer, no need to validate them again.
         prefill = PreprocessedRequest.model_construct(
             token_ids=ids, output_options=prefill_request_options(logprobs))
-        return _Job(ids, params, prefill, stream, logprobs)
+        return _Job(ids, params, prefill, stream, logprob_kwargs=logprobs)
 
     def _check_choices(self, n: Optional[int]) -> None:
         if self.config.disaggregated:

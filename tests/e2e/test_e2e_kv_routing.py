@@ -13,6 +13,8 @@ from harness.kv_routing import WORKERS, prefix_cache_stats, start_kv_routed
 from tests.e2e.client import completion
 from tests.topologies import ENGINE_ARGS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
 SERVED = "tiny-kv"
 PREFIX_PAGES = 30  # 480 tokens: page size 16 (ENGINE_ARGS)
 
