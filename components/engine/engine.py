@@ -12,39 +12,28 @@ import dataclasses
 import logging
 import os
 import threading
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from transformers import AutoTokenizer
 
 from components.engine.attached import AttachedCpuEngine
-from components.engine.config import DisaggregationMode, EngineConfig
+from components.engine.config import EngineConfig
 from components.engine.engine_loop import EngineLoop
+from components.engine.engine_requests import checked_rid, make_sequence
 from components.engine.engine_service import EngineService
 from components.engine.engine_streams import final_chunk, stream_chunks
 from components.engine.engine_sync import SyncGenerateMixin
 from components.engine.forks import make_choices
 from components.engine.grammar import GrammarBackend, grammar_of
 from components.engine.kv_events import KvEventListener
-from components.engine.logprobs import check_logprob_args
 from components.engine.loop_batcher import LoopBatcher
-from components.engine.sampling_params import SamplingParams
-from components.engine.sequence import Bootstrap, Sequence
+from components.engine.sequence import Sequence
 from components.engine.tokenizer_manager import CpuTokenizerManager
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_JOIN_S = 30.0
-
-# Engine API parameters this engine cannot honour: passing a non-default value is an error.
-_UNSUPPORTED_DEFAULTS: dict[str, Any] = {
-    "image_data": None, "audio_data": None, "video_data": None, "mm_hashes": None,
-    "mm_content_hashes": None, "token_ids_logprob": None, "lora_path": None,
-    "custom_logit_processor": None, "require_reasoning": False, "return_hidden_states": False,
-    "return_routed_experts": False, "session_params": None, "session_id": None,
-}
-
 
 class CpuEngine(SyncGenerateMixin):
     """``CpuEngine(**kwargs)`` with SGLang ServerArgs names (see EngineConfig)."""
@@ -187,27 +176,8 @@ class CpuEngine(SyncGenerateMixin):
         before it runs raises ValueError with the reason (``engine_streams.py``); unsupported
         features and batches raise ValueError at the call."""
         given = locals()
-        for name, default in _UNSUPPORTED_DEFAULTS.items():
-            if given[name] != default:
-                raise ValueError(f"{name} is not supported by the CPU engine")
-        if isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)):
-            raise ValueError("batched requests are not supported by the CPU engine; "
-                             "call async_generate once per prompt")
-        if input_ids is None and prompt is not None and self.server_args.skip_tokenizer_init:
-            raise ValueError(
-                "The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
-                "Please provide input_ids or re-initialize the engine with "
-                "skip_tokenizer_init=False."
-            )
-        rid = rid if rid is not None else uuid.uuid4().hex
-        if not isinstance(rid, str) or not rid:
-            raise ValueError(f"rid must be a non-empty string, got {rid!r}")
-        seq = self._make_sequence(rid, prompt, input_ids, sampling_params, stream,
-                                  bootstrap_host, bootstrap_port, bootstrap_room)
-        seq.reject = seq.reject or check_logprob_args(return_logprob, top_logprobs_num,
-                                                      logprob_start_len)
-        seq.return_logprob = return_logprob is True
-        seq.top_logprobs_num = (top_logprobs_num or 0) if seq.reject is None else 0
+        rid = checked_rid(given, self.server_args)
+        seq = make_sequence(rid, given, self.server_args, self._info.vocab_size)
         n = seq.params.n if seq.reject is None else 1
         group = make_choices(seq, n) if n > 1 else [seq]
         loop = asyncio.get_running_loop()
@@ -231,27 +201,6 @@ class CpuEngine(SyncGenerateMixin):
         if stream:
             return stream_chunks(start, abort, n)
         return await final_chunk(start, abort, n)
-
-    def _make_sequence(self, rid, prompt, input_ids, sampling_params, stream,
-                       bootstrap_host, bootstrap_port, bootstrap_room) -> Sequence:
-        reject = None
-        try:
-            params = SamplingParams.from_dict(sampling_params, self._info.vocab_size)
-        except ValueError as exc:
-            params, reject = SamplingParams(), str(exc)
-        if reject is None:
-            reject = _input_problem(prompt, input_ids)
-        mode = self.server_args.disaggregation_mode
-        if reject is None and params.n > 1 and mode != DisaggregationMode.NULL:
-            reject = (f"n={params.n}: a {mode}-mode engine runs one choice per request (one KV "
-                      "transfer per bootstrap room); use n=1")
-        boot = None
-        if (bootstrap_host, bootstrap_port, bootstrap_room) != (None, None, None):
-            boot = Bootstrap(bootstrap_host, bootstrap_port, bootstrap_room)
-        return Sequence(rid=rid, params=params, sink=_unset_sink,
-                        input_ids=list(input_ids) if isinstance(input_ids, tuple) else input_ids,
-                        prompt_text=prompt if input_ids is None else None,
-                        bootstrap=boot, stream=stream, reject=reject)
 
     def _sink_for(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, rid: str,
                   index: int | None):
@@ -296,14 +245,3 @@ class CpuEngine(SyncGenerateMixin):
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
 
-
-def _input_problem(prompt: Any, input_ids: Any) -> str | None:
-    if input_ids is None and prompt is None:
-        return "Either text, input_ids or input_embeds should be provided."
-    if input_ids is None and not isinstance(prompt, str):
-        return f"prompt must be a string, got {type(prompt).__name__}"
-    return None  # input_ids are checked on the engine thread (vocabulary, length)
-
-
-def _unset_sink(chunk: dict[str, Any], final: bool) -> None:
-    raise RuntimeError("sequence submitted without a sink")
