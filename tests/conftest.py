@@ -1,9 +1,11 @@
 """Fixtures shared by more than one test directory."""
 
 from collections.abc import Callable, Iterator
+from typing import Optional
 
 import pytest
 
+from harness.services import Services
 from harness.topology import Stack
 from tests.models import model_path
 from tests.topologies import start_topology
@@ -34,16 +36,24 @@ def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Sta
 
     def start(name: str, skip_tokenizer_init: bool, with_agg: bool = True,
               prefill_args: tuple[str, ...] = (), worker_args: tuple[str, ...] = (),
-              orchestrator: str = "decode") -> Stack:
+              orchestrator: str = "decode", discovery: Optional[Services] = None) -> Stack:
         stack = start_topology(tmp_path_factory.mktemp(name), tiny_model_path,
                                skip_tokenizer_init, with_agg, prefill_args, worker_args,
-                               orchestrator)
+                               orchestrator, discovery)
         stacks.append(stack)
         return stack
 
     yield start
     for stack in stacks:
         stack.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_nats(tmp_path_factory) -> Iterator[Services]:
+    """etcd and NATS on loopback, started on first use and shared by the session's stacks."""
+    services = Services(tmp_path_factory.mktemp("etcd-nats")).start()
+    yield services
+    services.stop()
 
 
 @pytest.fixture

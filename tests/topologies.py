@@ -9,11 +9,15 @@ request to both must give the same greedy output. Used by `tests/e2e` and `tests
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Optional
 
+from harness.services import Services
 from harness.topology import Stack, free_port
 
 DISAGG = "tiny"
+_NAMESPACES = itertools.count()
 AGG = "tiny-agg"
 SGLANG = "tiny-sglang"
 CONTEXT_LENGTH = 2048
@@ -48,13 +52,18 @@ def start_decode(stack: Stack, name: str, skip_tokenizer_init: bool,
 def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                    with_agg: bool = True, prefill_args: tuple[str, ...] = (),
                    worker_args: tuple[str, ...] = (),
-                   orchestrator: str = DECODE_ORCHESTRATED) -> Stack:
+                   orchestrator: str = DECODE_ORCHESTRATED,
+                   discovery: Optional[Services] = None) -> Stack:
     """The standard topology, ready; on failure its logs are printed and it is stopped.
     `worker_args` are appended to every worker's flags, then `prefill_args` to the first
     prefill worker's (later ones win). Frontend-orchestrated, ready also means one request went
     through: the frontend lists the model as soon as decode registers, but serves it only once
-    a prefill worker has too."""
+    a prefill worker has too. With `discovery` (running etcd + NATS servers) the processes find
+    each other through etcd and talk over NATS instead of a file directory and TCP."""
     stack = Stack(workdir, model_path)
+    if discovery is not None:  # one namespace per stack: stacks may share the servers
+        stack = Stack(workdir, model_path, discovery_backend="etcd", request_plane="nats",
+                      services_env=discovery.env(), namespace=f"ns{next(_NAMESPACES)}")
     try:
         stack.start_frontend()
         start_prefill(stack, "prefill", skip_tokenizer_init, (*worker_args, *prefill_args),
@@ -63,7 +72,7 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
         served = [DISAGG]
         if with_agg:
             stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, *worker_args,
-                               "--endpoint", "dyn://dynamo.agg.generate",
+                               "--endpoint", f"dyn://{stack.namespace or 'dynamo'}.agg.generate",
                                skip_tokenizer_init=skip_tokenizer_init)
             served.append(AGG)
         stack.wait_ready(*served)
