@@ -67,7 +67,6 @@ COMMON: list[tuple[str, str, Any]] = [
      {"response_format": {"type": "json_schema",
                           "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}}),
     ("guided-regex-unclosed", CHAT, {"guided_regex": "[a-"}),
-    ("tool-choice-required", CHAT, {"tools": TOOLS, "tool_choice": "required"}),
     ("best-of", CHAT, {"best_of": 3}),
     ("use-beam-search", CHAT, {"use_beam_search": True}),
     ("template-replaced", CHAT, {"chat_template_kwargs": {"chat_template": "{{ 'x' }}"}}),
@@ -97,6 +96,7 @@ TEXT_ONLY: list[tuple[str, str, Any]] = [
      {"chat_template_kwargs": {"add_generation_prompt": False}}),
     ("template-huge-variables", CHAT, {"chat_template_kwargs": {"x": "y" * 40000}}),
     ("tools", CHAT, {"tools": TOOLS}),
+    ("tool-choice-required-text", CHAT, {"tools": TOOLS, "tool_choice": "required"}),
     ("logit-bias", CHAT, {"logit_bias": {"5": 10}}),
     ("token-data-out-of-vocab", CHAT, {"nvext": {"token_data": [1, 2, 99999]}}),
     ("token-data-negative", CHAT, {"nvext": {"token_data": [-1]}}),
@@ -128,6 +128,9 @@ EXTREME: list[tuple[str, str, Any]] = [
     ("n-max", CHAT, {"n": 128, "temperature": 1.0}),
     ("logprobs-top-20-min-tokens", CHAT, {"logprobs": True, "top_logprobs": 20, "min_tokens": 4,
                                           "temperature": 3e38}),
+    # Tokens mode: the frontend turns it into guided_decoding (a JSON array of tool calls), which
+    # the worker honours; Text mode: the worker refuses `tools`.
+    ("tool-choice-required", CHAT, {"tools": TOOLS, "tool_choice": "required"}),
     # The frontend turns this into template variables (enable_thinking, ...): they must pass.
     ("reasoning-effort", CHAT, {"reasoning_effort": "high"}),
     ("template-variable", CHAT, {"chat_template_kwargs": {"enable_thinking": False}}),

@@ -37,8 +37,11 @@ class PeerStack:
 @pytest.fixture(scope="package", params=sorted(MODES))
 def stack(request, tmp_path_factory, tiny_model_path) -> Iterator[PeerStack]:
     mode = request.param
+    # SGLang's --constrained-json-max-whitespace-cnt: the random model would otherwise fill a
+    # JSON answer with whitespace until max_tokens (the peers' tests assume a real model).
     started = start_topology(tmp_path_factory.mktemp(f"peer-{mode}"), tiny_model_path,
-                             skip_tokenizer_init=MODES[mode])
+                             skip_tokenizer_init=MODES[mode],
+                             worker_args=("--constrained-json-max-whitespace-cnt", "1"))
     yield PeerStack(started, mode)
     started.stop()
 
