@@ -15,8 +15,8 @@ import random
 import time
 
 from benchmarks.common import (
-    SMALL_MODEL, format_table, median, new_figure, percentile, require_model, results_dir,
-    save_figure, write_json,
+    engine_bench_parser, format_table, median, new_figure, parse_engine_bench_args, percentile,
+    results_dir, save_figure, write_json,
 )
 from components.engine.engine import CpuEngine
 
@@ -96,14 +96,8 @@ async def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=SMALL_MODEL)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--out", default=None, help="results directory")
-    args = parser.parse_args()
-    if args.model == SMALL_MODEL:
-        require_model(SMALL_MODEL, "small")
+    parser = engine_bench_parser(__doc__, runs=3)
+    args = parse_engine_bench_args(parser)
     res = asyncio.run(run(args))
     rows = [[f"prefill {n} tokens", "tok/s", v] for n, v in res["prefill"].items()]
     rows += [[f"decode batch {b}", "tok/s", v] for b, v in res["decode"].items()]

@@ -15,7 +15,7 @@ import random
 import time
 
 from benchmarks.common import (
-    SMALL_MODEL, format_table, median, require_model, results_dir, write_json,
+    engine_bench_parser, format_table, median, parse_engine_bench_args, results_dir, write_json,
 )
 from components.engine.engine import CpuEngine
 
@@ -67,14 +67,8 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=SMALL_MODEL)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--out", default=None, help="results directory")
-    args = parser.parse_args()
-    if args.model == SMALL_MODEL:
-        require_model(SMALL_MODEL, "small")
+    parser = engine_bench_parser(__doc__, runs=5)
+    args = parse_engine_bench_args(parser)
     res = asyncio.run(run(args))
     base, with_lp = res.values()
     print(f"CPU engine, {args.model}, decode batch {BATCH}, {args.threads} torch thread(s), "

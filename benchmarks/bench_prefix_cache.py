@@ -17,7 +17,7 @@ import random
 import time
 
 from benchmarks.common import (
-    SMALL_MODEL, format_table, median, require_model, results_dir, write_json,
+    engine_bench_parser, format_table, median, parse_engine_bench_args, results_dir, write_json,
 )
 from components.engine.engine import CpuEngine
 
@@ -59,16 +59,10 @@ async def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=SMALL_MODEL)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser = engine_bench_parser(__doc__, runs=3)
     parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")],
                         default=[512, 2000], help="prefix lengths in tokens")
-    parser.add_argument("--out", default=None, help="results directory")
-    args = parser.parse_args()
-    if args.model == SMALL_MODEL:
-        require_model(SMALL_MODEL, "small")
+    args = parse_engine_bench_args(parser)
     res = asyncio.run(run(args))
     headers = ["prompt tokens", "cached tokens", "cold TTFT ms", "repeated-prefix TTFT ms",
                "repeated / cold"]

@@ -6,9 +6,12 @@ served a request from its cache."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from harness.topology import READY_TIMEOUT_S, Stack, wait_until
+
+logger = logging.getLogger(__name__)
 
 WORKERS = ("w0", "w1")
 KV_EVENTS = '{"publisher": "zmq", "topic": "kv-events"}'
@@ -31,7 +34,7 @@ def start_kv_routed(workdir: Path, model_path: str, served: str, router_mode: st
         if wait:
             wait_ready(stack, served)
     except BaseException:
-        print(stack.logs())
+        logger.error("the KV-routed stack did not start:\n%s", stack.logs())
         stack.stop()
         raise
     return stack

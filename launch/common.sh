@@ -199,17 +199,23 @@ run_stack() {
     wait_any
 }
 
+# started_alive: fails (and says which) if a process started by run_stack has exited.
+started_alive() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        if ! kill -0 "$pid" 2>/dev/null; then log "process $pid exited during startup"; return 1; fi
+    done
+}
+
 # wait_ready HOST PORT MODEL TIMEOUT: until GET /v1/models lists MODEL; fails if a started
 # process exits first or the time runs out.
 wait_ready() {
-    local url="http://$1:$2/v1/models" model="$3" deadline=$((SECONDS + $4)) pid
+    local url="http://$1:$2/v1/models" model="$3" deadline=$((SECONDS + $4))
     while ((SECONDS < deadline)); do
         if curl -sf --max-time 2 "$url" 2>/dev/null | grep -qF "\"id\":\"$model\""; then
             return 0
         fi
-        for pid in "${PIDS[@]}"; do
-            if ! kill -0 "$pid" 2>/dev/null; then log "process $pid exited during startup"; return 1; fi
-        done
+        started_alive || return 1
         sleep 0.5
     done
     log "model $model not listed on $url within $4s"
@@ -218,16 +224,14 @@ wait_ready() {
 
 # wait_served HOST PORT MODEL TIMEOUT: until a one-token chat to MODEL answers 200.
 wait_served() {
-    local url="http://$1:$2/v1/chat/completions" deadline=$((SECONDS + $4)) pid
+    local url="http://$1:$2/v1/chat/completions" deadline=$((SECONDS + $4))
     local body="{\"model\":\"$3\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"ready?\"}]}"
     while ((SECONDS < deadline)); do
         if curl -sf --max-time 30 -H 'Content-Type: application/json' -d "$body" "$url" \
                 >/dev/null 2>&1; then
             return 0
         fi
-        for pid in "${PIDS[@]}"; do
-            if ! kill -0 "$pid" 2>/dev/null; then log "process $pid exited during startup"; return 1; fi
-        done
+        started_alive || return 1
         sleep 0.5
     done
     log "model $3 not served on $url within $4s"

@@ -40,8 +40,15 @@ def test_disagg_script_serves_and_cleans_up(tmp_path, tiny_model_path, workers):
         wait_until(lambda: script.poll() is None and "ready: model tiny" in log.read_text()
                    or script.poll() is not None, 180, "the script to say ready")
         assert script.poll() is None, log.read_text()
+        # "ready" means the model answered once; the other workers may still be registering.
+        def all_ready() -> bool:
+            logs = [p for p in (tmp_path / "logs").glob("*.log") if p.stem != "frontend"]
+            return len(logs) == (4 if workers else 2) and all(
+                "worker ready" in p.read_text() for p in logs)
+
+        wait_until(all_ready, 60, "every worker ready")
         with httpx.Client(timeout=60) as http:
-            for i in range(4):
+            for i in range(8):
                 out = chat(http, f"http://127.0.0.1:{port}",
                            {"model": "tiny", "messages": user(f"hi {i}"), "max_tokens": 3})
                 assert out["usage"]["completion_tokens"] == 3
