@@ -62,8 +62,10 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
     each other through etcd and talk over NATS instead of a file directory and TCP."""
     stack = Stack(workdir, model_path)
     if discovery is not None:  # one namespace per stack: stacks may share the servers
+        # A short etcd lease (Dynamo's ETCD_LEASE_TTL, seconds): a killed worker's keys go soon.
         stack = Stack(workdir, model_path, discovery_backend="etcd", request_plane="nats",
-                      services_env=discovery.env(), namespace=f"ns{next(_NAMESPACES)}")
+                      services_env={**discovery.env(), "ETCD_LEASE_TTL": "5"},
+                      namespace=f"ns{next(_NAMESPACES)}")
     try:
         stack.start_frontend()
         start_prefill(stack, "prefill", skip_tokenizer_init, (*worker_args, *prefill_args),

@@ -4,7 +4,8 @@ frees what it held, and serves again once a new prefill worker is up (the dead o
 in file discovery; whoever orchestrates retries it only after a backoff). Both orchestration
 styles: decode-orchestrated (decode's --prefill-wait-timeout bounds a hang: 503) and
 frontend-orchestrated (the frontend's request plane bounds it: 504 "Request deadline exceeded"
-after about 5 s, the same bound the tests give decode)."""
+after about 5 s, the same bound the tests give decode). Each with file discovery + TCP and with
+etcd + NATS (where the dead worker's keys go when its etcd lease expires)."""
 
 from __future__ import annotations
 
@@ -32,20 +33,31 @@ PREFILL_POOL = ("--max-total-tokens", "1024")
 HUNG_STATUS = {DECODE_ORCHESTRATED: 503, FRONTEND_ORCHESTRATED: 504}
 
 
-@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
-                ids=["decode-orch", "frontend-orch"])
-def orchestrator(request) -> str:
+@pytest.fixture(scope="module", params=[
+    (DECODE_ORCHESTRATED, "file"), (FRONTEND_ORCHESTRATED, "file"),
+    (DECODE_ORCHESTRATED, "etcd"), (FRONTEND_ORCHESTRATED, "etcd"),
+], ids=["decode-orch", "frontend-orch", "decode-orch-etcd", "frontend-orch-etcd"])
+def setup(request) -> tuple[str, str]:
+    """(orchestration style, discovery): file discovery + TCP, or etcd + NATS."""
     return request.param
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack, orchestrator) -> Iterator[Stack]:
+def orchestrator(setup) -> str:
+    return setup[0]
+
+
+@pytest.fixture(scope="module")
+def stack(start_stack, setup, request) -> Iterator[Stack]:
     # The prefill's KV pool (1,024 tokens) is smaller than decode's: a prompt between the two
     # passes every decode check and only the prefill engine refuses it.
-    stack = start_stack(f"failure-{orchestrator}", skip_tokenizer_init=True, with_agg=False,
-                        prefill_args=PREFILL_POOL, orchestrator=orchestrator)
+    orchestrator, discovery = setup
+    services = request.getfixturevalue("etcd_nats") if discovery == "etcd" else None
+    stack = start_stack(f"failure-{orchestrator}-{discovery}", skip_tokenizer_init=True,
+                        with_agg=False, prefill_args=PREFILL_POOL, orchestrator=orchestrator,
+                        discovery=services)
     yield stack
-    stack.stop()  # before the other style's stack starts
+    stack.stop()  # before the next one starts
 
 
 def timed_post(url: str) -> tuple[httpx.Response, float]:
