@@ -14,9 +14,9 @@ import signal
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from components.tokenizer_workers import ENGINE_PID_ENV
-from harness.child import cpu_seconds
 from harness.topology import Stack, wait_until
 from tests.e2e.client import chat, error_message, post, stream, user
 from tests.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
@@ -82,9 +82,24 @@ def body(model: str, content: str, **extra) -> dict:
             **extra}
 
 
+def served(port: int) -> float:
+    """Successful requests a process answered: its own `/metrics` (components/metrics.py)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples
+               if s.name == "dynamo_component_engine_requests_total"
+               and s.labels.get("outcome") == "success")
+
+
+def system_port_of(pid: int) -> int:
+    """Each attached process serves its own system port (a free one the engine process picked)."""
+    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    return int(next(v for v in env if v.startswith(b"DYN_SYSTEM_PORT=")).split(b"=", 1)[1])
+
+
 def test_outputs_equal_a_plain_worker_and_both_processes_serve(stack):
-    child = attached_pid(stack)
-    before = cpu_seconds(child)
+    ports = (stack.procs["tw"].system_port, system_port_of(attached_pid(stack)))
+    before = [served(port) for port in ports]
     with httpx.Client(timeout=60) as http:
         for i in range(6):  # the frontend spreads these over both instances
             prompt = f"tell me about number {i}"
@@ -96,8 +111,10 @@ def test_outputs_equal_a_plain_worker_and_both_processes_serve(stack):
             streamed = stream(http, stack.url, "chat/completions", body(TW, prompt))
             assert streamed.text == want["choices"][0]["message"]["content"]
             assert streamed.usage["completion_tokens"] == want["usage"]["completion_tokens"]
-    # The attached process templated and tokenized its share: it used CPU for them.
-    assert cpu_seconds(child) - before > 0.05
+    # Each process answered a share of the 12 requests (its own handler, template, tokenizer).
+    after = [served(port) for port in ports]
+    assert all(a > b for a, b in zip(after, before)), (before, after)
+    assert sum(after) - sum(before) == 12
     pages_settle_to_zero(stack)
 
 
