@@ -19,8 +19,8 @@ import random
 import time
 
 from benchmarks.common import (
-    SMALL_MODEL, format_table, limit_cpu_threads, median, new_figure, ratio, require_model,
-    results_dir, save_figure, write_json,
+    engine_bench_parser, format_table, limit_cpu_threads, median, new_figure,
+    parse_engine_bench_args, ratio, results_dir, save_figure, write_json,
 )
 
 ARMS = ("forked", "separate")
@@ -72,18 +72,12 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=str(SMALL_MODEL))
-    p.add_argument("--runs", type=int, default=3)
+    p = engine_bench_parser(__doc__, runs=3)
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=1024)
     p.add_argument("--new-tokens", type=int, default=16)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--out", default=None, help="results directory")
-    args = p.parse_args()
+    args = parse_engine_bench_args(p)
     logging.basicConfig(level=logging.WARNING)
-    if args.model == str(SMALL_MODEL):
-        require_model(SMALL_MODEL, "small")
     res = measure(args)
     res["config"] = {k: v for k, v in vars(args).items() if k != "out"}
     rows = [[arm, res["seconds"][arm]] for arm in ARMS]

@@ -18,8 +18,8 @@ import random
 import time
 
 from benchmarks.common import (
-    SMALL_MODEL, format_table, limit_cpu_threads, median, new_figure, ratio, require_model,
-    results_dir, save_figure, write_json,
+    engine_bench_parser, format_table, limit_cpu_threads, median, new_figure,
+    parse_engine_bench_args, ratio, results_dir, save_figure, write_json,
 )
 
 ARMS = ("engine", "transformers")
@@ -106,18 +106,12 @@ def plot(res: dict, out) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=str(SMALL_MODEL))
-    p.add_argument("--runs", type=int, default=3)
+    p = engine_bench_parser(__doc__, runs=3)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both arms")
-    p.add_argument("--out", default=None, help="results directory")
-    args = p.parse_args()
+    args = parse_engine_bench_args(p)
     logging.basicConfig(level=logging.WARNING)
-    if args.model == str(SMALL_MODEL):
-        require_model(SMALL_MODEL, "small")
     res = measure(args)
     res["config"] = {k: v for k, v in vars(args).items() if k != "out"}
     rows = [[name, res["tok_s"][name]] for name in ARMS]

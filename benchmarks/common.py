@@ -186,7 +186,7 @@ def require_model(path: Path, size: str) -> Path:
 def engine_bench_parser(doc: str, runs: int) -> argparse.ArgumentParser:
     """The flags every in-process CPU-engine benchmark takes (model, runs, threads, out)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--model", default=SMALL_MODEL)
+    parser.add_argument("--model", default=str(SMALL_MODEL))
     parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--out", default=None, help="results directory")
@@ -195,6 +195,6 @@ def engine_bench_parser(doc: str, runs: int) -> argparse.ArgumentParser:
 
 def parse_engine_bench_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
     args = parser.parse_args()
-    if args.model == SMALL_MODEL:
+    if args.model == str(SMALL_MODEL):
         require_model(SMALL_MODEL, "small")
     return args
