@@ -11,6 +11,7 @@ Measured here, per worker:
 - at the endpoint (both engines): requests by outcome, time to first item (TTFT; on a prefill
   worker, until its KV hand-off answer), inter-token latency between streamed chunks;
 - Text mode: the chat template + tokenization time (Tokens mode: the frontend preprocesses);
+- the event loop's lag (`components/loop_lag.py`): every stream of the process waits that long;
 - read from the CPU engine at scrape time: KV pages in use / free / cached / total, requests
   waiting for admission, and (prefill) completed KV WRITEs with their bytes and seconds.
 """
@@ -30,6 +31,8 @@ from handlers.preprocess import Preprocessor
 
 PREFIX = "dynamo_component_engine"
 OUTCOMES = ("success", "cancelled", "invalid", "unavailable", "error")
+# Loop lag is judged against a couple of milliseconds (one token's gap on a fast GPU).
+LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0)
 
@@ -54,6 +57,10 @@ class WorkerMetrics:
         self.preprocess = Histogram(f"{PREFIX}_preprocess_seconds",
                                     "Text mode: chat template and tokenization of one request",
                                     buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.loop_lag = Histogram(f"{PREFIX}_event_loop_lag_seconds",
+                                  "How much later than asked the worker's event loop woke a "
+                                  "periodic ticker", buckets=LOOP_LAG_BUCKETS,
+                                  registry=self.registry)
         self.registry.register(EngineCollector(engine))
 
     def instrument(self, generate: Handler, streams_tokens: bool = True) -> Handler:

@@ -23,6 +23,7 @@ from components.engine_factory import attach_engine, build_engine, engine_limits
 from components.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.hosts import is_wildcard
 from components.kv_publishing import KvPublishing, kv_events_enabled
+from components.loop_lag import LoopLagMonitor
 from components.metrics import WorkerMetrics
 from components.register import register_served_model, role_for, unregister_served_model
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
@@ -177,12 +178,14 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
     logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
                 config.served_model_name)
     engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
-    handler = worker = None
+    handler = worker = lag = None
     try:
         prefill = None
         if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
             prefill = await connect_prefill(runtime, config)
         metrics = WorkerMetrics(engine)
+        lag = LoopLagMonitor(metrics.loop_lag.observe)
+        lag.start()
         handler = build_handler(config, engine, prefill, metrics)
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, engine)
@@ -193,6 +196,8 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
             await warmup_prefill(config, engine)
         await worker.serve(handler)
     finally:
+        if lag is not None:
+            await lag.stop()
         if worker is not None:
             worker.kv_publishing.close()
         if handler is not None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import defaultdict
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from harness.topology import HOST, Proc, wait_until
+from harness.topology import Proc, wait_until
+from harness.worker_metrics import Samples
+from harness.worker_metrics import scrape as scrape_port
 from tests.e2e.client import post, user
 from tests.topologies import CONTEXT_LENGTH, DISAGG
 
@@ -25,14 +25,8 @@ BURST = 6
 MAX_TOKENS = 200
 
 
-def scrape(proc: Proc) -> dict[tuple[str, str], float]:
-    """{(sample name, outcome label or ""): value}, summed over the other labels."""
-    text = httpx.get(f"http://{HOST}:{proc.system_port}/metrics", timeout=5).text
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, s.labels.get("outcome", ""))] += s.value
-    return out
+def scrape(proc: Proc) -> Samples:
+    return scrape_port(proc.system_port)
 
 
 def delta(after: dict, before: dict, name: str, outcome: str = "") -> float:
@@ -87,6 +81,7 @@ def test_metrics_follow_a_burst_of_requests(tokens_stack, http):
     assert delta(p1, p0, P + "kv_transfers_total") == BURST
     assert delta(p1, p0, P + "kv_transfer_bytes_total") > 0
     assert delta(p1, p0, P + "kv_transfer_seconds_total") > 0
-    for after in (d1, p1):
+    for after, before in ((d1, d0), (p1, p0)):  # each process's loop-lag ticker kept ticking
+        assert delta(after, before, P + "event_loop_lag_seconds_count") > 0
         assert after[(P + "kv_pages_free", "")] == after[(P + "kv_pages_total", "")] > 0
         assert after[(P + "queue_depth", "")] == 0

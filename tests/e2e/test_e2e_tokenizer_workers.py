@@ -14,10 +14,9 @@ import signal
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from components.tokenizer_workers import ENGINE_PID_ENV
 from harness.topology import Stack, wait_until
+from harness.worker_metrics import PREFIX, attached_pids, scrape, system_port_of
 from tests.e2e.client import chat, error_message, post, stream, user
 from tests.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
 
@@ -59,17 +58,8 @@ def ready_lines(stack: Stack) -> int:
 
 
 def attached_pid(stack: Stack) -> int:
-    return children_of(stack.procs["tw"].popen.pid)
-
-
-def children_of(pid: int) -> int:
-    """The attached worker among `pid`'s children (SGLang also spawns its scheduler and
-    detokenizer, and renames processes): the one started with the engine's pid in its env."""
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    attached = [c for c in children
-                if ENGINE_PID_ENV.encode() in open(f"/proc/{c}/environ", "rb").read()]
-    assert len(attached) == 1, children
+    attached = attached_pids(stack.procs["tw"].popen.pid)
+    assert len(attached) == 1, attached
     return attached[0]
 
 
@@ -84,17 +74,7 @@ def body(model: str, content: str, **extra) -> dict:
 
 def served(port: int) -> float:
     """Successful requests a process answered: its own `/metrics` (components/metrics.py)."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    return sum(s.value for family in text_string_to_metric_families(text)
-               for s in family.samples
-               if s.name == "dynamo_component_engine_requests_total"
-               and s.labels.get("outcome") == "success")
-
-
-def system_port_of(pid: int) -> int:
-    """Each attached process serves its own system port (a free one the engine process picked)."""
-    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    return int(next(v for v in env if v.startswith(b"DYN_SYSTEM_PORT=")).split(b"=", 1)[1])
+    return scrape(port)[(PREFIX + "requests_total", "success")]
 
 
 def test_outputs_equal_a_plain_worker_and_both_processes_serve(stack):
@@ -188,7 +168,7 @@ def test_sglang_engine_serves_from_two_processes(tmp_path_factory, tiny_model_pa
                    "both SGLang processes ready")
         # SGLang's router in the engine process has both processes' TokenizerWorkers.
         assert "Router registered worker IPC" in log() and "(total: 2)" in log()
-        child = children_of(stack.procs["sglang"].popen.pid)
+        [child] = attached_pids(stack.procs["sglang"].popen.pid)
         with httpx.Client(timeout=60) as http:
             for i in range(4):
                 want = chat(http, stack.url, body(AGG, f"hello {i}", max_tokens=8))
