@@ -7,7 +7,9 @@ Arms, measured in one run with interleaved repetitions:
   agg    - frontend + one aggregated worker;
   disagg - frontend + prefill worker + decode worker, KV over NIXL;
   mocker - frontend + Dynamo's own Rust mocker (`python -m dynamo.mocker`), the reference for what
-           the frontend and a native worker cost per token.
+           the frontend and a native worker cost per token;
+  floor  - frontend + a Python worker that only streams (benchmarks/floor_worker.py): what
+           Dynamo's Python bindings alone cost per token, the floor under `agg`'s worker.
 Thread groups (benchmarks/thread_cpu.py): a worker's `loop` (asyncio event loop), `bridge` (Dynamo
 runtime's threads: request plane and the Rust <-> Python bridge) and `engine` (the CPU engine's
 thread); the frontend and the mocker as whole processes. The load: `--concurrency` streams of
@@ -37,7 +39,7 @@ from benchmarks.workload import Workload, make_prompts
 from harness.topology import Stack
 
 logger = logging.getLogger("bench_token_cpu")
-ARMS = ("engine", "agg", "disagg", "mocker")
+ARMS = ("engine", "agg", "disagg", "mocker", "floor")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,8 +53,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--input-max", type=int, default=64)
     p.add_argument("--ttft-requests", type=int, default=8, help="concurrency-1 requests per run")
     p.add_argument("--runs", type=int, default=3, help="repetitions; the median is reported")
-    p.add_argument("--mocker-speedup-ratio", type=float, default=1.0,
-                   help="the mocker's simulated engine speed (dynamo.mocker --speedup-ratio)")
+    p.add_argument("--mocker-speedup-ratio", type=float, default=1.4,
+                   help="the mocker's simulated engine speed (dynamo.mocker --speedup-ratio; 1.4 puts it at agg's pace here)")
+    p.add_argument("--floor-step-ms", type=float, default=3.5,
+                   help="the floor worker's token period per stream (agg's pace on 2 cores)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 run, fewer requests")
     p.add_argument("--out", default=None, help="results directory (default results/)")
     args = p.parse_args(argv)
@@ -62,12 +66,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-class MockerStack(Stack):
+class ReferenceStack(Stack):
+    """The frontend with a reference worker: Dynamo's mocker or the Python floor."""
+
     def start_mocker(self, served: str, speedup: float) -> None:
         argv = [sys.executable, "-m", "dynamo.mocker", "--model-path", self.model_path,
                 "--model-name", served, "--discovery-backend", "file", "--request-plane", "tcp",
                 "--speedup-ratio", str(speedup)]
         self._spawn("mocker", argv, self.env())
+
+    def start_floor(self, served: str, step_ms: float) -> None:
+        argv = [sys.executable, "-m", "benchmarks.floor_worker", "--model-path", self.model_path,
+                "--served-model-name", served, "--step-ms", str(step_ms)]
+        self._spawn("floor", argv, self.env())
 
 
 def start_stacks(args: argparse.Namespace, served: str) -> dict[str, Stack]:
@@ -75,12 +86,17 @@ def start_stacks(args: argparse.Namespace, served: str) -> dict[str, Stack]:
     for name in ("agg", "disagg"):
         if name in args.arms:
             stacks[name] = spawn_topology(name, args.model_path, served, True)
-    if "mocker" in args.arms:
-        stack = MockerStack(Path(tempfile.mkdtemp(prefix="bench-mocker-")), args.model_path,
-                            namespace="benchmocker")
+    for name in ("mocker", "floor"):
+        if name not in args.arms:
+            continue
+        stack = ReferenceStack(Path(tempfile.mkdtemp(prefix=f"bench-{name}-")),
+                               args.model_path, namespace=f"bench{name}")
         stack.start_frontend()
-        stack.start_mocker(served, args.mocker_speedup_ratio)
-        stacks["mocker"] = stack
+        if name == "mocker":
+            stack.start_mocker(served, args.mocker_speedup_ratio)
+        else:
+            stack.start_floor(served, args.floor_step_ms)
+        stacks[name] = stack
     for name, stack in stacks.items():
         stack.wait_ready(served, probe=True)
         logger.info("%s ready at %s", name, stack.url)

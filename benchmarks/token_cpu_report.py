@@ -7,7 +7,7 @@ import argparse
 from benchmarks.common import fmt, format_table, median, median_of_runs
 
 # The arm's worker process that serves the frontend, and the other worker (disagg's prefill).
-WORKER = {"agg": "agg", "disagg": "decode", "mocker": "mocker"}
+WORKER = {"agg": "agg", "disagg": "decode", "mocker": "mocker", "floor": "floor"}
 HEADERS = ["arm", "tok/s", "x engine", "tok/chunk", "TTFT c=1 p50 ms", "+ms vs engine", "frontend",
            "worker loop", "worker bridge", "worker outside engine", "engine thread",
            "prefill worker", "client"]
@@ -60,6 +60,17 @@ def goals(summaries: dict) -> list[str]:
                      f"at {fmt(agg['metrics']['output_tok_per_s'], 0)})")
         lines.append(f"frontend CPU per token, agg / mocker: "
                      f"{fmt(agg['us_per_token']['frontend'] / mock['us_per_token']['frontend'])}x")
+    floor = summaries.get("floor")
+    if agg and floor:
+        ours, base = agg["us_per_token"]["worker_outside_engine"], floor["us_per_token"]["floor"]
+        line = (f"a Python worker that only streams (the floor of Dynamo's Python bindings): "
+                f"{fmt(base, 0)} us per token (loop {fmt(floor['us_per_token'].get('floor.loop'), 0)}"
+                f", bridge {fmt(floor['us_per_token'].get('floor.bridge'), 0)}) at "
+                f"{fmt(floor['metrics']['output_tok_per_s'], 0)} tok/s; agg's worker outside its "
+                f"engine thread is **{fmt(ours / base)}x** that floor")
+        if mock:
+            line += f"; the floor alone is {fmt(base / mock['us_per_token']['mocker'])}x the mocker"
+        lines.append(line)
     if agg:
         whole = agg["us_per_token"]["agg"]
         lines.append(f"agg worker process, all threads: {fmt(whole, 0)} us per token; its Python "
