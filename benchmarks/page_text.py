@@ -1,5 +1,8 @@
 """The prose of docs/benchmarks.md; benchmarks/summary.py adds the generated tables and ratios."""
 
+from benchmarks.page_features import CHOICES, CONSTRAINED, KV_ROUTING, LOGPROBS, PREFIX_CACHE
+
+
 INTRO = """\
 # Benchmarks
 
@@ -129,7 +132,10 @@ the load; each figure is CPU microseconds per output token. A worker's threads a
 its event loop (the main thread), the engine thread (`cpu-engine`) and the rest (Dynamo's Rust
 runtime: request plane and the Rust <-> Python bridge); `client` is the benchmark's own process
 (the HTTP client; for `engine` also the engine). Dynamo's Rust `dynamo.mocker` behind the same
-frontend is the reference for the frontend's share and for what a native worker costs per token.
+frontend is the reference for the frontend's share and for what a native worker costs per token;
+`floor` is a Python worker that only streams (`benchmarks/floor_worker.py`: one token per stream
+per 3.5 ms step, no engine, no handler), what Dynamo's Python bindings alone cost per token. The
+mocker (`--speedup-ratio 1.4`) and the floor are paced near the aggregated worker's token rate.
 What bounds the worker's tok/s: its Python threads (engine thread, event loop, the runtime's calls
 into Python) share one GIL, so its CPU per token in all threads caps its rate (the line below the
 table), and the engine thread's own share, which the in-process engine pays too, is the larger
@@ -151,52 +157,44 @@ greedy, `ignore_eos`), both given the whole batch at once; wall time from submis
 token, prefill included. The arms alternate within each repetition after one warm-up each.
 """
 
-CHOICES = """\
-`python -m benchmarks.bench_choices`: `n > 1` on the CPU engine (`small` model, one torch
-thread, prefix cache off): one request with `n=8` (the 1,024-token prompt prefilled once and
-forked into the choices) against 8 concurrent single requests with the same prompt and the
-choices' seeds (seed + index), 16 new tokens each, seeded sampling; wall time from submission to
-the last token. The tokens of the two arms must be identical.
+TOKENIZER_WORKERS = """\
+`python -m benchmarks.bench_tokenizer_workers`: `--tokenizer-worker-num 1` against `2` on the
+`tiny` model in Text mode (the workers template, tokenize and detokenize), each behind its own
+frontend, arms interleaved. Throughput: 16 concurrent chat streams (128-512-token prompts, 64
+output tokens). Stall: four short streams keep flowing while one 64k-token chat is templated and
+tokenized (then refused as longer than the context); the largest and p99 gap between their tokens
+over that window, and each worker process's own event-loop lag over it, read from its `/metrics`
+histogram (`dynamo_component_engine_event_loop_lag_seconds`, a 5 ms ticker; the figure is the
+smallest bucket holding every wake-up). "Idle loop lag" is a process that runs nothing but the
+same ticker on an asyncio loop (`benchmarks/lag_probe.py`), measured over the same window: what
+the loaded machine gives any event loop.
 """
 
-CONSTRAINED = """\
-`python -m benchmarks.bench_constrained`: what structured output costs the CPU engine. A batch
-of 16 rows (128-token prompts, 64 new tokens each, sampled) decodes once with every row under a
-JSON schema (an array of at least 32 records, so no grammar ends inside the measurement) and
-once without, arms alternated within each repetition after one warm-up. Steady-state decode
-tok/s as in `bench_engine`; plus the wait of a request whose schema nobody compiled before. The
-`small` model's vocabulary is 2,048 tokens: a 128k vocabulary makes each row's bitmask fill
-longer (xgrammar's per-token cost grows with the tokens its cache cannot precompute).
-"""
-
-PREFIX_CACHE = """\
-`benchmarks/bench_prefix_cache.py`: the CPU engine in process, `small` model, one request at a
-time. Per prefix length: time to first token of a prompt whose prefix is new (the whole prompt is
-prefilled), then of a prompt with the same prefix and a new 16-token suffix (the cached whole
-pages are copied; only the rest is prefilled). Fresh prefixes each run.
-"""
-
-KV_ROUTING = """\
-`benchmarks/bench_kv_routing.py`: two stacks started together, each the real `dynamo.frontend`
-and two aggregated workers publishing KV events (`--kv-events-config`), `small` model; one runs
-`--router-mode kv`, the other `--router-mode round-robin`. Each of 6 prefixes of 512 tokens is
-sent 4 times with fresh 16-token suffixes in a shuffled order, each request to both stacks in
-turn, one at a time. TTFT is the first streamed token at the client; "prompt tokens from cache"
-sums the workers' `/engine/prefix_cache` hit counters.
+SERVING_STYLES = """\
+The serving benchmark's two disaggregated arms side by side (`--arms disagg,disagg-decode`):
+**disagg** is Dynamo 1.6.1's own orchestration (the frontend sends each request to a prefill
+worker, then to a decode worker with the prefill's bootstrap answer), **disagg-decode** the
+decode worker calling its prefill worker itself (docs/architecture.md, "Two ways to
+disaggregate"). Same workload and model as the first table.
 """
 
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
+    ("serving_styles", "Disaggregation orchestrated by the frontend vs by the decode worker",
+     SERVING_STYLES),
     ("token_cpu", "CPU per output token, by process and thread", TOKEN_CPU),
     ("stream_overhead", "Streaming overhead of the decode handler", STREAM),
     ("preprocess_loop", "Event-loop responsiveness during framework tokenization", PREPROCESS),
+    ("tokenizer_workers", "Tokenizer worker processes (`--tokenizer-worker-num`)",
+     TOKENIZER_WORKERS),
     ("bench_kv_transfer", "KV transfer bandwidth: NIXL vs a same-process copy", KV),
     ("disagg_ttft", "TTFT: aggregated vs disaggregated, split", TTFT),
     ("bench_engine", "CPU engine throughput", ENGINE),
     ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
     ("bench_choices", "n > 1: one prefill forked vs n single requests", CHOICES),
     ("bench_constrained", "Structured output: decode under a JSON schema", CONSTRAINED),
+    ("bench_logprobs", "Logprobs: decode with top-5 logprobs vs without", LOGPROBS),
     ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",
      PREFIX_CACHE),
     ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),

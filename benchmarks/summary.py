@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks import goals
 from benchmarks.common import REPO_ROOT, fmt, format_table, results_dir
 from benchmarks.page_text import FOOTER, INTRO, SECTIONS
 
@@ -145,6 +146,14 @@ def headline(name: str, data: dict) -> list[str]:
             f"**{fmt(data['ratio'])}x** output tok/s at batch {data['config']['batch']}; greedy "
             "tokens identical: " + ("yes" if data.get("tokens_identical") else "no")
         ]
+    if name == "tokenizer_workers":
+        med = data["median"]
+        return [f"N=2 / N=1: **{fmt(data['speedup'])}x** Text-mode tok/s at concurrency 16; "
+                f"largest token gap during the 64k chat {fmt(med['N=1']['max_gap_ms'], 0)} ms "
+                f"(N=1) vs {fmt(med['N=2']['max_gap_ms'], 0)} ms (N=2)"]
+    if name == "bench_logprobs":
+        return [f"with top-{data['top_logprobs_num']} logprobs / without: "
+                f"**{fmt(data['ratio'], 3)}x** decode tok/s at batch {data['batch']}"]
     if name == "bench_choices":
         return [
             f"one request with n={data['config']['n']} / {data['config']['n']} single requests: "
@@ -175,6 +184,8 @@ def workload_of(name: str, data: dict) -> str:
 def render(out: Path, image_prefix: str, docs: bool) -> str:
     parts, machine, smoke = [], None, False
     parts.append(INTRO if docs else "# Benchmark results\n")
+    parts.append("## The serving path's goals in this run\n")
+    parts.append(goals.render(lambda name: load(out, name)))
     for name, title, prose in SECTIONS:
         data = load(out, name)
         parts.append(f"## {title}\n")

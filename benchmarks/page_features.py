@@ -1,0 +1,43 @@
+"""The docs page's prose for the benchmarks of engine features (n > 1, structured output,
+logprobs, prefix cache, KV-aware routing); benchmarks/page_text.py has the serving path's."""
+
+CHOICES = """\
+`python -m benchmarks.bench_choices`: `n > 1` on the CPU engine (`small` model, one torch
+thread, prefix cache off): one request with `n=8` (the 1,024-token prompt prefilled once and
+forked into the choices) against 8 concurrent single requests with the same prompt and the
+choices' seeds (seed + index), 16 new tokens each, seeded sampling; wall time from submission to
+the last token. The tokens of the two arms must be identical.
+"""
+
+CONSTRAINED = """\
+`python -m benchmarks.bench_constrained`: what structured output costs the CPU engine. A batch
+of 16 rows (128-token prompts, 64 new tokens each, sampled) decodes once with every row under a
+JSON schema (an array of at least 32 records, so no grammar ends inside the measurement) and
+once without, arms alternated within each repetition after one warm-up. Steady-state decode
+tok/s as in `bench_engine`; plus the wait of a request whose schema nobody compiled before. The
+`small` model's vocabulary is 2,048 tokens: a 128k vocabulary makes each row's bitmask fill
+longer (xgrammar's per-token cost grows with the tokens its cache cannot precompute).
+"""
+
+PREFIX_CACHE = """\
+`benchmarks/bench_prefix_cache.py`: the CPU engine in process, `small` model, one request at a
+time. Per prefix length: time to first token of a prompt whose prefix is new (the whole prompt is
+prefilled), then of a prompt with the same prefix and a new 16-token suffix (the cached whole
+pages are copied; only the rest is prefilled). Fresh prefixes each run.
+"""
+
+KV_ROUTING = """\
+`benchmarks/bench_kv_routing.py`: two stacks started together, each the real `dynamo.frontend`
+and two aggregated workers publishing KV events (`--kv-events-config`), `small` model; one runs
+`--router-mode kv`, the other `--router-mode round-robin`. Each of 6 prefixes of 512 tokens is
+sent 4 times with fresh 16-token suffixes in a shuffled order, each request to both stacks in
+turn, one at a time. TTFT is the first streamed token at the client; "prompt tokens from cache"
+sums the workers' `/engine/prefix_cache` hit counters.
+"""
+
+LOGPROBS = """\
+`python -m benchmarks.bench_logprobs`: what logprobs cost the CPU engine. A batch of 16 rows
+(128-token prompts, 64 new tokens each) decodes with `top_logprobs_num` 5 on every row and
+without, same prompts, arms alternated per repetition. The cost is each step's `log_softmax` +
+`topk` for the rows that asked and the per-chunk tuples (components/engine/logprobs.py).
+"""
