@@ -5,6 +5,8 @@ Arms, measured in one run with interleaved repetitions:
   engine - the same workload straight into an aggregated CPU engine in this process (baseline for
            tok/s and TTFT);
   agg    - frontend + one aggregated worker;
+  agg-interval2 - the same with SGLang's `--stream-interval 2` (a chunk every 2 tokens, the
+           first at once): what an operator trading chunk size for CPU gets;
   disagg - frontend + prefill worker + decode worker, KV over NIXL;
   mocker - frontend + Dynamo's own Rust mocker (`python -m dynamo.mocker`), the reference for what
            the frontend and a native worker cost per token;
@@ -39,7 +41,7 @@ from benchmarks.workload import Workload, make_prompts
 from harness.topology import Stack
 
 logger = logging.getLogger("bench_token_cpu")
-ARMS = ("engine", "agg", "disagg", "mocker", "floor")
+ARMS = ("engine", "agg", "agg-interval2", "disagg", "mocker", "floor")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -83,7 +85,7 @@ class ReferenceStack(Stack):
 
 def start_stacks(args: argparse.Namespace, served: str) -> dict[str, Stack]:
     stacks: dict[str, Stack] = {}
-    for name in ("agg", "disagg"):
+    for name in ("agg", "agg-interval2", "disagg"):
         if name in args.arms:
             stacks[name] = spawn_topology(name, args.model_path, served, True)
     for name in ("mocker", "floor"):

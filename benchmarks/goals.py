@@ -48,7 +48,14 @@ def token_cpu(load: Load) -> list[Goal]:
     data = load("token_cpu")
     s = (data or {}).get("summaries") or {}
     agg, eng, mock, floor = (s.get(k) for k in ("agg", "engine", "mocker", "floor"))
-    return [_cpu_goal(agg, mock, floor), _tput_goal(agg, eng), _ttft_goal(agg, eng, floor)]
+    cpu = _cpu_goal(agg, mock, floor)
+    interval = s.get("agg-interval2")
+    if interval and mock and cpu.met is False:
+        ours = interval["us_per_token"]["worker_outside_engine"]
+        cpu = Goal(cpu.what, cpu.goal, cpu.measured, cpu.met,
+                   cpu.bound + f"; with `--stream-interval 2` (half the items) the worker spends "
+                   f"{fmt(ours, 0)} us, {fmt(ours / mock['us_per_token']['mocker'])}x the mocker")
+    return [cpu, _tput_goal(agg, eng), _ttft_goal(agg, eng, floor)]
 
 
 def _cpu_goal(agg: Optional[dict], mock: Optional[dict], floor: Optional[dict]) -> Goal:

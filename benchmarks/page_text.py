@@ -136,6 +136,8 @@ frontend is the reference for the frontend's share and for what a native worker 
 `floor` is a Python worker that only streams (`benchmarks/floor_worker.py`: one token per stream
 per 3.5 ms step, no engine, no handler), what Dynamo's Python bindings alone cost per token. The
 mocker (`--speedup-ratio 1.4`) and the floor are paced near the aggregated worker's token rate.
+`agg-interval2` is the aggregated worker with SGLang's `--stream-interval 2` (a chunk every two
+tokens, the first at once): the knob an operator trades chunk size for CPU with.
 What bounds the worker's tok/s: its Python threads (engine thread, event loop, the runtime's calls
 into Python) share one GIL, so its CPU per token in all threads caps its rate (the line below the
 table), and the engine thread's own share, which the in-process engine pays too, is the larger

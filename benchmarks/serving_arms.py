@@ -19,14 +19,20 @@ from harness.topology import Stack, free_port
 logger = logging.getLogger("bench_serving")
 # Worker name and --disaggregation-mode per process, after the frontend.
 DISAGG_WORKERS = (("prefill", "prefill"), ("decode", "decode"))
-WORKERS = {"agg": (("agg", "null"),), "agg-chunked": (("agg", "null"),),
+AGG_WORKER = (("agg", "null"),)
+WORKERS = {"agg": AGG_WORKER, "agg-chunked": AGG_WORKER, "agg-interval2": AGG_WORKER,
            "disagg": DISAGG_WORKERS, "disagg-decode": DISAGG_WORKERS}
-# SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
-CHUNKED_ARGS = ("--chunked-prefill-size", "256", "--enable-mixed-chunk")
-# `disagg` runs the workers' default style (frontend-orchestrated in Tokens mode);
-# `disagg-decode` the decode-orchestrated one (docs/architecture.md, "Two orchestration styles").
-STYLE_ARGS = {"disagg-decode": ("--disagg-orchestrator", "decode")}
-TOPOLOGIES = ("agg", "agg-chunked", "disagg", "disagg-decode")
+TOPOLOGY_ARGS = {
+    # SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
+    "agg-chunked": ("--chunked-prefill-size", "256", "--enable-mixed-chunk"),
+    # SGLang's --stream-interval: a chunk every 2 tokens (the first at once), half the items.
+    "agg-interval2": ("--stream-interval", "2"),
+    # `disagg` runs the workers' default style (frontend-orchestrated in Tokens mode);
+    # `disagg-decode` the decode-orchestrated one (docs/architecture.md, "Two orchestration
+    # styles").
+    "disagg-decode": ("--disagg-orchestrator", "decode"),
+}
+TOPOLOGIES = tuple(WORKERS)
 
 
 def spawn_topology(name: str, model_path: str, served: str, skip_tokenizer_init: bool) -> Stack:
@@ -36,9 +42,7 @@ def spawn_topology(name: str, model_path: str, served: str, skip_tokenizer_init:
     stack.start_frontend()
     for worker, mode in WORKERS[name]:
         extra = ["--disaggregation-bootstrap-port", str(free_port())] if mode == "prefill" else []
-        if name == "agg-chunked":
-            extra += CHUNKED_ARGS
-        extra += STYLE_ARGS.get(name, ())
+        extra += TOPOLOGY_ARGS.get(name, ())
         stack.start_worker(worker, mode, served, "--log-level", "warning", *extra,
                            skip_tokenizer_init=skip_tokenizer_init)
     return stack

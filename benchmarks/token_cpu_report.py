@@ -7,7 +7,8 @@ import argparse
 from benchmarks.common import fmt, format_table, median, median_of_runs
 
 # The arm's worker process that serves the frontend, and the other worker (disagg's prefill).
-WORKER = {"agg": "agg", "disagg": "decode", "mocker": "mocker", "floor": "floor"}
+WORKER = {"agg": "agg", "agg-interval2": "agg", "disagg": "decode", "mocker": "mocker",
+          "floor": "floor"}
 HEADERS = ["arm", "tok/s", "x engine", "tok/chunk", "TTFT c=1 p50 ms", "+ms vs engine", "frontend",
            "worker loop", "worker bridge", "worker outside engine", "engine thread",
            "prefill worker", "client"]
