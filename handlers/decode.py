@@ -2,13 +2,12 @@
 (docs/architecture.md, "A request's life").
 
 Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
-the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded; or, frontend-orchestrated,
-take the room the frontend sent in `bootstrap_info`] -> own engine request
+the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded (`prefill_handoff.py`); or,
+frontend-orchestrated, take the room the frontend sent in `bootstrap_info`] -> own engine request
 with its own rid -> stream token deltas or chat chunks. A client stop aborts the engine request
 by rid at any point, also before the first token; a failed prefill aborts it and errors.
 """
 
-import asyncio
 import logging
 import time
 import uuid
@@ -18,14 +17,13 @@ from typing import Any, Optional, Union
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient
 from handlers.chat_stream import ChatStream
-from handlers.errors import (
-    EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
-)
+from handlers.errors import EngineError, RequestError
 from handlers.frontend_disagg import check_one_choice, request_bootstrap
-from handlers.guard import END, RequestGuard, Stopped, next_item
+from handlers.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
+from handlers.prefill_handoff import PrefillHandoff
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
 from handlers.template_kwargs import check_template_kwargs
@@ -80,6 +78,10 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
+        self._handoff: Optional[PrefillHandoff] = None  # decode-orchestrated only
+        if self._decode_orchestrated(config):
+            self._handoff = PrefillHandoff(prefill_client, self.spawn,
+                                           config.bootstrap_timeout_s, config.prefill_timeout_s)
         self._chat_logprobs = ChatLogprobs(lambda: preprocessor.tokenizer)
 
     async def generate(
@@ -97,7 +99,7 @@ class DecodeHandler(BaseHandler):
             return
         finally:
             guard.close()
-            await _aclose(guard.stream)  # SGLang aborts every sub-request (n > 1) it started
+            await aclose(guard.stream)  # SGLang aborts every sub-request (n > 1) it started
         logger.info(
             "request %s done: prompt=%d completion=%d in %.3fs",
             guard.rid, len(job.input_ids), job.stream.completion_tokens,
@@ -183,8 +185,9 @@ class DecodeHandler(BaseHandler):
         self, job: _Job, guard: RequestGuard, context: Optional[Context]
     ) -> AsyncIterator[dict[str, Any]]:
         boot = job.boot
-        if self._decode_orchestrated(self.config):
-            boot = await self._start_prefill(job, guard, context)
+        if self._handoff is not None:
+            boot = await self._handoff.start(job.prefill_request, job.sampling_params, guard,
+                                             context)
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,
@@ -215,74 +218,9 @@ class DecodeHandler(BaseHandler):
         if tail is not None:
             yield tail
 
-    async def _start_prefill(
-        self, job: _Job, guard: RequestGuard, context: Optional[Context]
-    ) -> BootstrapInfo:
-        """Send the ids + params to a prefill worker and wait (bounded) for its room."""
-        wire = {"request": job.prefill_request.wire_dict(), "sampling_params": job.sampling_params}
-        timeout = self.config.bootstrap_timeout_s
-        deadline = asyncio.get_running_loop().time() + timeout
-        items = None
-        try:
-            items = await guard.race(self.prefill_client.generate(wire, context), timeout)
-            remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-            boot = _bootstrap_from(await guard.race(next_item(items), remaining))
-        except BaseException as exc:
-            if items is not None:
-                self.spawn(_aclose(items), name=f"prefill-close-{guard.rid}")
-            if isinstance(exc, TimeoutError):
-                raise PrefillUnavailable(f"prefill worker did not respond within {timeout:g} s")
-            if isinstance(exc, (Stopped, HandlerError)) or not isinstance(exc, Exception):
-                raise
-            # The runtime client raises its own exception types (no Dynamo import here).
-            raise PrefillError(f"prefill worker failed: {exc}") from exc
-        self.spawn(self._watch_prefill(items, guard), name=f"prefill-watch-{guard.rid}")
-        return boot
-
-    async def _watch_prefill(self, items: AsyncIterator[dict], guard: RequestGuard) -> None:
-        """Drain the rest of the prefill stream; if it fails before decode got its first
-        token, abort decode's engine request rather than wait for KV that never comes."""
-        try:
-            async with asyncio.timeout(self.config.prefill_timeout_s):
-                while (item := await next_item(items)) is not END:
-                    if "error" in item:
-                        raise PrefillError(f"prefill worker failed: {item['error']}")
-                    if item.get("finished"):
-                        return
-            raise PrefillError("prefill stream ended before its engine finished")
-        except TimeoutError:
-            guard.fail(PrefillError(f"prefill took over {self.config.prefill_timeout_s:g} s"))
-        except (PrefillError, RequestError) as exc:  # RequestError: the prefill refused it
-            guard.fail(exc)
-        except Exception as exc:  # the runtime client's own exception types
-            guard.fail(PrefillError(f"prefill worker failed: {exc}"))
-        finally:
-            await _aclose(items)
-
 
 def _parse(model: type[ModelT], request: Any) -> ModelT:
     try:
         return parse(model, request)
     except ProtocolError as exc:
         raise RequestError(str(exc)) from None
-
-
-def _bootstrap_from(item: Any) -> BootstrapInfo:
-    if item is END:
-        raise PrefillError("prefill stream ended before sending bootstrap info")
-    if isinstance(item, dict) and "error" in item:
-        raise PrefillError(f"prefill worker failed: {item['error']}")
-    try:
-        return parse(BootstrapInfo, item)
-    except ProtocolError as exc:
-        raise PrefillError(f"prefill sent bad bootstrap info: {exc}") from None
-
-
-async def _aclose(items: Any) -> None:
-    close = getattr(items, "aclose", None)
-    if close is None:
-        return
-    try:
-        await close()
-    except Exception as exc:  # cleanup of a foreign iterator must not mask the real outcome
-        logger.debug("closing the prefill stream failed: %r", exc)

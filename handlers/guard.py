@@ -27,6 +27,17 @@ async def next_item(stream: AsyncIterator[T]) -> Any:
         return END
 
 
+async def aclose(items: Any) -> None:
+    """Close a stream (the engine's, a prefill's) if it can be; never raises an Exception."""
+    close = getattr(items, "aclose", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception as exc:  # cleanup of a foreign iterator must not mask the real outcome
+        logger.debug("closing the prefill stream failed: %r", exc)
+
+
 class RequestGuard:
     def __init__(self, engine: Engine, rid: str, context: Optional[Context]) -> None:
         self._engine = engine

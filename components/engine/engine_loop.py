@@ -1,4 +1,5 @@
-"""The engine thread: owns the model, the KV pool, the scheduler and the KV transport.
+"""The engine thread: owns the model, the KV pool, the scheduler and the KV transport (built
+on this thread by engine_build.py).
 
 ALL torch work, model load included, runs on this one thread: libgomp throttles a process
 whose torch ops have run on more than one OS thread. Other threads only enqueue commands;
@@ -16,24 +17,17 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import torch
-from transformers import AutoTokenizer
-
-from components.engine.config import DisaggregationMode, EngineConfig
-from components.engine.disagg import DisaggCoordinator
+from components.engine.config import EngineConfig
+from components.engine.engine_build import EngineInfo, build_engine
 from components.engine.kv_events import KvEventListener
 from components.engine.kv_pool import KVPool
 from components.engine.kv_transport.prefill_writes import TransferTotals
 from components.engine.loop_batcher import LoopBatcher
-from components.engine.model_facts import context_length, eos_token_ids, read_model_shape
-from components.engine.model_runner import TORCH_DTYPES, ModelRunner
-from components.engine.output_processor import OutputProcessor, finish_abort
-from components.engine.prefix_cache import PrefixCache
-from components.engine.request_checks import Limits
-from components.engine.scheduler import Scheduler, SchedulerConfig
+from components.engine.model_runner import ModelRunner
+from components.engine.output_processor import finish_abort
+from components.engine.scheduler import Scheduler
 from components.engine.sequence import Sequence
 
 logger = logging.getLogger(__name__)
@@ -41,21 +35,6 @@ logger = logging.getLogger(__name__)
 IDLE_WAKE_S = 0.05   # disaggregated & idle: service the side channel this often
 PEER_POLL_S = 0.002  # waiting on a peer with nothing to compute: transport poll slice
 STARTUP_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """What the engine thread found at startup; read-only for other threads."""
-
-    vocab_size: int
-    context_length: int
-    num_pages: int
-    page_size: int
-    max_total_num_tokens: int
-    eos_token_ids: frozenset[int]
-    bootstrap_port: int | None  # prefill mode: the port the bootstrap server really bound
-
-
 _STOP = object()
 _PR_SET_NAME = 15  # linux/prctl.h
 
@@ -160,38 +139,11 @@ class EngineLoop:
             self._teardown()
 
     def _setup(self) -> None:
-        cfg = self.cfg
-        torch.set_num_threads(cfg.num_threads)
-        torch.manual_seed(cfg.random_seed)
-        shape = read_model_shape(cfg.model_path)
-        context = context_length(cfg.context_length, shape.max_position_embeddings)
-        dtype = TORCH_DTYPES[cfg.dtype]
-        token_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
-        self._pool = pool = KVPool(shape.num_layers, shape.num_kv_heads, shape.head_dim,
-                                   cfg.num_pages(token_bytes), cfg.page_size, dtype)
-        self._runner = runner = ModelRunner(cfg.model_path, cfg.dtype, pool)
-        tokenizer = None
-        if not cfg.skip_tokenizer_init:  # the engine thread's own copy (never shared)
-            tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        eos = eos_token_ids(cfg.model_path, runner.model.config, tokenizer)
-        mode = cfg.disaggregation_mode
-        processor = OutputProcessor(tokenizer, eos, runner.vocab_size, cfg.stream_interval,
-                                    cfg.random_seed, mode == DisaggregationMode.PREFILL)
-        disagg = None
-        if mode != DisaggregationMode.NULL:
-            disagg = DisaggCoordinator(cfg, pool, runner.vocab_size)
-        sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
-                                    cfg.chunked_prefill_size, cfg.enable_mixed_chunk)
-        limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)
-        cache = None
-        if not cfg.disable_radix_cache and mode != DisaggregationMode.DECODE:
-            cache = PrefixCache(pool)  # decode engines receive every page from the prefill
-        self._sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg, cache)
-        port = disagg.bootstrap_port if disagg is not None else None
-        self.info = EngineInfo(runner.vocab_size, context, pool.num_pages, cfg.page_size,
-                               pool.num_tokens, eos, port)
-        logger.info("CPU engine ready: mode=%s context=%d pool=%d tokens", mode, context,
-                    pool.num_tokens)
+        parts = build_engine(self.cfg)
+        self._pool, self._runner, self._sched = parts.pool, parts.runner, parts.sched
+        self.info = info = parts.info
+        logger.info("CPU engine ready: mode=%s context=%d pool=%d tokens",
+                    self.cfg.disaggregation_mode, info.context_length, info.max_total_num_tokens)
 
     def _run(self) -> None:
         sched = self._sched

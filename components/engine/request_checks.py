@@ -24,6 +24,17 @@ class InvalidRequest(ValueError):
     """A client error: the request ends with an abort carrying status 400 and this message."""
 
 
+def check_request(seq: Sequence, tokenizer: Any, limits: Limits, choices: int) -> None:
+    """Every check, in admission's order; fills in what they settle (``input_ids``,
+    ``max_new_tokens``, ``reserve_tokens``). Raises InvalidRequest."""
+    if seq.reject is not None:  # found bad on the caller's side (engine_requests.py)
+        raise InvalidRequest(seq.reject)
+    tokenize_prompt(seq, tokenizer)
+    seq.input_ids = check_input_ids(seq.input_ids, limits)
+    check_bootstrap(seq, limits)
+    seq.reserve_tokens = plan_budget(seq, limits, choices)
+
+
 def tokenize_prompt(seq: Sequence, tokenizer: Any) -> None:
     """Text prompt -> ``seq.input_ids`` (on the engine thread, with its own tokenizer copy)."""
     if seq.input_ids is not None or seq.prompt_text is None:

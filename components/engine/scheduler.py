@@ -28,9 +28,7 @@ from components.engine.output_processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
 )
 from components.engine.prefix_cache import PrefixCache
-from components.engine.request_checks import (
-    InvalidRequest, Limits, check_bootstrap, check_input_ids, plan_budget, tokenize_prompt,
-)
+from components.engine.request_checks import InvalidRequest, Limits, check_request
 from components.engine.sequence import Sequence, Status
 
 logger = logging.getLogger(__name__)
@@ -70,12 +68,7 @@ class Scheduler:
         for row in group:
             self.live[row.rid] = row
         try:
-            if seq.reject is not None:
-                raise InvalidRequest(seq.reject)
-            tokenize_prompt(seq, self.tokenizer)
-            seq.input_ids = check_input_ids(seq.input_ids, self.limits)
-            check_bootstrap(seq, self.limits)
-            seq.reserve_tokens = plan_budget(seq, self.limits, len(group))
+            check_request(seq, self.tokenizer, self.limits, len(group))
             if self.disagg is not None:
                 self.disagg.check_new(seq)
         except InvalidRequest as exc:
