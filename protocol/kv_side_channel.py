@@ -91,6 +91,10 @@ class Abort(msgspec.Struct, tag="abort", frozen=True, forbid_unknown_fields=True
     room: Room
     agent_name: AgentName
     message: Message = "Aborted"
+    # From a prefill: it refused the request itself (the client's error, a 400), so the decode
+    # ends its half with the same 400 rather than a transfer failure (500). With the frontend
+    # orchestrating, both halves answer the client, and the first answer wins.
+    invalid: bool = False
 
 
 class AbortAck(msgspec.Struct, tag="abort_ack", frozen=True, forbid_unknown_fields=True):

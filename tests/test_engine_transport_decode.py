@@ -89,6 +89,14 @@ def test_decode_prefill_abort_and_disconnect_fail_and_release_at_once():
     assert events[3] == RoomReleased(8) and not side.busy
 
 
+def test_decode_ends_a_room_the_prefill_refused_as_refused_with_its_message():
+    side, _, _, events = make_decode()
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    side.on_message(("127.0.0.1", 5000),
+                    Abort(room=7, agent_name="p", message="needs KV space", invalid=True))
+    assert events == [TransferFailed(7, "needs KV space", invalid=True), RoomReleased(7)]
+
+
 def test_decode_rejects_bad_input():
     side, _, _, _ = make_decode()
     with pytest.raises(ValueError, match="invalid bootstrap address"):

@@ -155,6 +155,17 @@ def test_prefill_abort_before_kv_is_ready_fails_the_decode_registration():
     assert events == [] and not nixl.writes
 
 
+def test_a_refused_request_reaches_decode_as_refused_before_and_after_it_registers():
+    side, _, server, _ = make_prefill()
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.abort(7, "needs KV space for 1500 tokens", invalid=True)
+    side.abort(9, "needs KV space for 1500 tokens", invalid=True)
+    side.on_message(b"id-d", Register(room=9, agent_name="dec", runs=PEER_RUNS))  # later
+    assert [m for _, m in server.sent] == [
+        Abort(7, "fake-agent", "needs KV space for 1500 tokens", invalid=True),
+        Abort(9, "fake-agent", "needs KV space for 1500 tokens", invalid=True)]
+
+
 def test_prefill_times_out_waiting_for_decode():
     side, nixl, server, events = make_prefill(bootstrap_timeout=0.5)
     side.add_prefill(7, RUNS, 1, "r")

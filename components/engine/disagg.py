@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 BACKSTOP_SLACK_S = 5.0
 TIMEOUT_STATUS = 504
 FAILURE_STATUS = 500
+INVALID_STATUS = 400  # the request itself was refused (the engine's 400s)
 
 
 @dataclass(frozen=True)
@@ -152,25 +153,26 @@ class DisaggCoordinator:
             return False  # rejected as a duplicate of a live room: not ours to touch
         self._claimed.pop(room, None)
         message = seq.finish_reason.get("message") or "Aborted"
+        invalid = seq.finish_reason.get("status_code") == INVALID_STATUS
         entry = self._rooms.get(room)
         if entry is not None and entry.seq is seq:
             del self._rooms[room]
-            self.transport.abort(room, message)
+            self.transport.abort(room, message, invalid)
             if seq.pages is not None:  # keep them until the transport reports the room settled
                 self._hold(room, seq.pages)
                 return True
         elif prev in (Status.WAITING, Status.PREFILLING) and room not in self._held:
-            self._abort_unstarted(seq, message)
+            self._abort_unstarted(seq, message, invalid)
         return False
 
-    def _abort_unstarted(self, seq: Sequence, message: str) -> None:
+    def _abort_unstarted(self, seq: Sequence, message: str, invalid: bool) -> None:
         """The request ends before its room reached the transport (rejected or cancelled while
         queued): the peer engine must not wait for it until its own timeout."""
         if bootstrap_problem(seq.bootstrap) is not None:
             return  # nothing reachable to tell
         b = seq.bootstrap
         if self.role == DisaggregationMode.PREFILL:  # a decode may have registered the room
-            self.transport.abort(b.room, message)
+            self.transport.abort(b.room, message, invalid)
         else:  # the prefill may have computed, or be computing, the room's KV
             self.transport.abort_unregistered(b.room, b.host, b.port, message)
 
@@ -214,7 +216,9 @@ class DisaggCoordinator:
 
     def _on_failed(self, ev: TransferFailed) -> list[Action]:
         entry = self._rooms.pop(ev.room, None)
-        status = TIMEOUT_STATUS if "timed out" in ev.message else FAILURE_STATUS
+        # A request the prefill refused itself is the client's error here too.
+        status = INVALID_STATUS if ev.invalid else (
+            TIMEOUT_STATUS if "timed out" in ev.message else FAILURE_STATUS)
         if entry is None:
             return self._release(ev.room) if self.role == DisaggregationMode.PREFILL else []
         if self.role == DisaggregationMode.DECODE:  # RoomReleased follows: hold pages till then

@@ -91,7 +91,7 @@ class DecodeSide:
         if not self._client.send(r.endpoint, Register(room, self._nixl.name, list(runs))):
             self._fail(r, f"could not reach the prefill bootstrap server {host}:{port}")
 
-    def abort(self, room: int, message: str) -> None:
+    def abort(self, room: int, message: str, invalid: bool = False) -> None:
         r = self._rooms.get(room)
         if r is not None and not r.releasing:
             logger.info("room %s (rid %s): aborted locally: %s", room, r.rid, message)
@@ -135,7 +135,8 @@ class DecodeSide:
             return
         if isinstance(msg, Abort) and not r.releasing:
             # The prefill sends Abort only once none of its WRITEs of the room is in flight.
-            self._emit(TransferFailed(r.room, f"prefill aborted the KV transfer: {msg.message}"))
+            why = msg.message if msg.invalid else f"prefill aborted the KV transfer: {msg.message}"
+            self._emit(TransferFailed(r.room, why, msg.invalid))
         elif isinstance(msg, AbortAck) and not r.releasing:
             return
         self._release(r)

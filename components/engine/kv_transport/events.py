@@ -33,6 +33,7 @@ class TransferFailed:
 
     room: int
     message: str
+    invalid: bool = False  # decode: the prefill refused the request itself (the client's 400)
 
 
 @dataclass(frozen=True)

@@ -163,22 +163,27 @@ class Tombstones:
     def __init__(self, horizon: float, throttle: Throttle) -> None:
         self._horizon = horizon
         self._throttle = throttle
-        self._rooms: dict[int, tuple[float, str]] = {}
+        self._rooms: dict[int, tuple[float, str, bool]] = {}  # room -> (until, message, invalid)
 
     def __len__(self) -> int:
         return len(self._rooms)
 
-    def add(self, room: int, message: str) -> None:
+    def add(self, room: int, message: str, invalid: bool = False) -> None:
         self._rooms.pop(room, None)
         if len(self._rooms) >= MAX_TOMBSTONES:
             del self._rooms[next(iter(self._rooms))]
             self._throttle.warn("tombstones", "KV transport: over %d rooms given up within %g s; "
                                 "forgetting the oldest", MAX_TOMBSTONES, self._horizon)
-        self._rooms[room] = (time.monotonic() + self._horizon, message)
+        self._rooms[room] = (time.monotonic() + self._horizon, message, invalid)
 
     def message(self, room: int) -> str | None:
         entry = self._rooms.get(room)
         return entry[1] if entry is not None else None
+
+    def invalid(self, room: int) -> bool:
+        """The room was given up because the request itself was refused (a 400)."""
+        entry = self._rooms.get(room)
+        return entry is not None and entry[2]
 
     def pop(self, room: int) -> str | None:
         entry = self._rooms.pop(room, None)
@@ -186,7 +191,7 @@ class Tombstones:
 
     def expire(self, now: float) -> None:
         while self._rooms:
-            room, (until, _) = next(iter(self._rooms.items()))
+            room, (until, _, _) = next(iter(self._rooms.items()))
             if until >= now:
                 return  # insertion order is expiry order
             del self._rooms[room]

@@ -66,14 +66,15 @@ class PrefillSide(PrefillWrites):
         if r.reg is not None:
             self._start(r)
 
-    def abort(self, room: int, message: str) -> None:
+    def abort(self, room: int, message: str, invalid: bool = False) -> None:
+        """``invalid``: the engine refused the request itself (a 400); the decode says so too."""
         r = self._rooms.get(room)
         if r is None:
             # Aborted before its KV was ready: fail the decode's registration now or when it comes.
             reg = self._take_registration(room)
             if reg is not None:
-                self._server.send(reg.identity, Abort(room, self._nixl.name, message))
-            self._tombstones.add(room, message)
+                self._server.send(reg.identity, Abort(room, self._nixl.name, message, invalid))
+            self._tombstones.add(room, message, invalid)
             return
         if r.handle is not None:
             r.abort_message = r.abort_message or message
@@ -116,7 +117,8 @@ class PrefillSide(PrefillWrites):
     def _on_register(self, identity: bytes, peer: Peer, msg: Register) -> None:
         tomb = self._tombstones.message(msg.room)
         if tomb is not None:
-            self._server.send(identity, Abort(msg.room, self._nixl.name, tomb))
+            self._server.send(identity, Abort(msg.room, self._nixl.name, tomb,
+                                              self._tombstones.invalid(msg.room)))
             return
         try:
             self._peers.check_runs(peer, list(msg.runs), msg.room)

@@ -166,9 +166,10 @@ class KVTransport:
         self._require("decode", "abort_unregistered")
         self._side.abort_unregistered(int(room), bootstrap_host, int(bootstrap_port), message)
 
-    def abort(self, room: int, message: str = "Aborted") -> None:
+    def abort(self, room: int, message: str = "Aborted", invalid: bool = False) -> None:
+        """``invalid`` (prefill): the request itself was refused, the client's error."""
         if not self._closed:
-            self._side.abort(int(room), message)
+            self._side.abort(int(room), message, invalid)
 
     def poll(self, timeout_s: float) -> list[Event]:
         """Service the side channel and NIXL; return events, waiting at most ``timeout_s``."""
