@@ -2,8 +2,9 @@
 
 Decode -> prefill (ZMQ DEALER -> the prefill's bootstrap ROUTER):
   ``Hello``     once per connection: the decode agent's NIXL metadata, the base and size of its
-                registered KV pool, its ``KVLayout``, and (with a shared secret) a nonce, a
-                timestamp and an HMAC of the rest;
+                registered KV pool, its ``KVLayout``, its UCX error handling mode (which must
+                equal the prefill's), and (with a shared secret) a nonce, a timestamp and an
+                HMAC of the rest;
   ``Register``  once per room: where the room's KV goes (destination runs in decode memory);
   ``Abort``     decode gave the room up; prefill stops, drains any WRITE, then answers ``AbortAck``.
 Prefill -> decode (ROUTER -> DEALER):
@@ -27,7 +28,7 @@ a receiver hold, not what a real model needs.
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -46,6 +47,9 @@ Runs = Annotated[list[tuple[Address, Length]], msgspec.Meta(min_length=1, max_le
 # NIXL agent metadata is ~0.5 KiB with UCX; the cap only stops a hostile peer.
 Metadata = Annotated[bytes, msgspec.Meta(min_length=1, max_length=1 << 20)]
 Token = Annotated[bytes, msgspec.Meta(max_length=64)]
+# UCX endpoint error handling (NIXL's ``ucx_error_handling_mode``): UCX refuses to connect
+# endpoints whose modes differ, so the prefill checks the decode's in its Hello.
+UcxErrorHandling = Literal["none", "peer"]
 
 # Enforced by ZMQ (MAXMSGSIZE drops the connection) and again before any decode.
 MAX_MESSAGE_BYTES = 2 << 20
@@ -79,6 +83,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True
     nonce: Token = b""  # with a shared secret: fresh per connection
     sent_at: float = 0.0  # with a shared secret: Unix time, bounds how long a replay is checked
     mac: Token = b""  # with a shared secret: HMAC-SHA256 of this Hello with mac=b""
+    ucx_error_handling: UcxErrorHandling = "peer"  # absent: NIXL's default
 
 
 class Register(msgspec.Struct, tag="register", frozen=True, forbid_unknown_fields=True):
