@@ -16,7 +16,9 @@ Prefill -> decode (ROUTER -> DEALER):
   ``Holding``   a WRITE of the room may still land (NIXL has not let go of it): keep the pages
                 until ``Abort``/``AbortAck``, however long (up to the holding backstop);
   ``Abort``     prefill failed or gave the room up; no WRITE of the room is in flight any more;
-  ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more.
+  ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more;
+  ``Written``   the room's WRITE is DONE: a wake-up only, so decode reads the NIXL notification
+                now rather than at the end of its poll slice (the notification stays the signal).
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
   ``KVNotif``   ``{room, first_token, logprob?}``: ``logprob`` only when the request asked for
                 logprobs (the first token's, and its top alternatives, as ``FirstLogprob``).
@@ -118,6 +120,11 @@ class Holding(msgspec.Struct, tag="holding", frozen=True, forbid_unknown_fields=
     agent_name: AgentName
 
 
+class Written(msgspec.Struct, tag="written", frozen=True, forbid_unknown_fields=True):
+    room: Room
+    agent_name: AgentName
+
+
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 
 
@@ -136,7 +143,7 @@ class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
 
 
 ToPrefill = Union[Hello, Register, Abort]
-ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding]
+ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding, Written]
 
 _encoder = msgspec.msgpack.Encoder()
 to_prefill_decoder = msgspec.msgpack.Decoder(type=ToPrefill)
@@ -144,6 +151,6 @@ to_decode_decoder = msgspec.msgpack.Decoder(type=ToDecode)
 notif_decoder = msgspec.msgpack.Decoder(type=KVNotif)
 
 
-def encode(msg: Hello | Register | Abort | AbortAck | Welcome | Refused | Holding | KVNotif
-           ) -> bytes:
+def encode(msg: Hello | Register | Abort | AbortAck | Welcome | Refused | Holding | Written
+           | KVNotif) -> bytes:
     return _encoder.encode(msg)
