@@ -10,10 +10,11 @@ default). Under NIXL's default, "peer", the WRITE's flush does not complete unti
 has progressed UCX after the post (measured: against a target that does not progress, the
 initiator stays PROC indefinitely), and NIXL posts the notification only once the flush is done,
 so both wait for the decode's next poll (1 ms slices, or a whole decode step while it computes);
-the first WRITE to a peer took 13.7 ms. Under "none" the puts, the flush and the notification
-all complete inside ``transfer()``, the first WRITE included (0.7 ms; bench_kv_transfer). A dead
-peer fails the WRITE (NIXL_ERR_REMOTE_DISCONNECT) in both modes. UCX refuses to connect
-endpoints whose modes differ, so the Hello carries the mode.
+the first WRITE to a peer took 13.7-14.7 ms. Under "none" the puts, the flush and the
+notification all complete inside ``transfer()``, the first WRITE included (0.7-0.8 ms;
+bench_kv_transfer). A dead peer on this host failed the WRITE (NIXL_ERR_REMOTE_DISCONNECT) in
+both modes; UCX guarantees that only under "peer", the better choice for RDMA between nodes.
+UCX refuses to connect endpoints whose modes differ, so the Hello carries the mode.
 
 No UCX environment is set here: on one host UCX's own choice already moves the WRITE with its
 ``cma`` transport and only the notification over tcp (``UCX_PROTO_INFO=y``: put "zero-copy
