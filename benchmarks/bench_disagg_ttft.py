@@ -12,6 +12,7 @@ Split of the disaggregated TTFT (times from the engines' own records, harness/en
              WRITE the notification, decode adopting the request and delivering the first token.
 
     python -m benchmarks.bench_disagg_ttft [--lengths 128,512,1024,2048,4096] [--runs 3]
+        [--ucx-error-handling none|peer]   (both engines' --cpu-kv-ucx-error-handling)
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ async def measure(args) -> tuple[dict, list[str]]:
         skip_tokenizer_init=True,
         num_threads=1,
         disaggregation_mode="decode",
+        kv_ucx_error_handling=args.ucx_error_handling,
     )
     prefill = None
     rng = random.Random(args.seed)
@@ -133,6 +135,7 @@ async def measure(args) -> tuple[dict, list[str]]:
             disaggregation_mode="prefill",
             host="127.0.0.1",
             disaggregation_bootstrap_port=0,
+            kv_ucx_error_handling=args.ucx_error_handling,
         )
         warm = [rng.randrange(3, agg.vocab_size) for _ in range(64)]
         await run_agg(agg, capture, warm)  # first requests pay allocation and UCX wire-up
@@ -199,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
+    p.add_argument("--ucx-error-handling", choices=("none", "peer"), default="none")
     args = p.parse_args(argv)
     args.lengths = [int(x) for x in args.lengths.split(",")]
     import logging

@@ -1,7 +1,8 @@
 """The decode side of the KV transfer benchmark, in a child process (`harness/child.py`).
 
-Server: ``python -m benchmarks.kv_peer <max tokens>`` holds a KVTransport over a pool of the
-`small` model's geometry, sends ``{"ready": true}``, then answers each command with one line:
+Server: ``python -m benchmarks.kv_peer <max tokens> [<ucx error handling>]`` holds a KVTransport
+over a pool of the `small` model's geometry (UCX error handling as the parent's), sends
+``{"ready": true}``, then answers each command with one line:
 
     {"op": "register", "room": R, "tokens": T, "port": P} -> {"registered": R}
     {"op": "report", "room": R}                            -> {"room": R, "sum": S} once the KV is in
@@ -20,7 +21,7 @@ import queue
 import torch
 
 from components.engine.kv_pool import KVPool, PageRun
-from components.engine.kv_transport import KVArrived, KVTransport, TransferFailed
+from components.engine.kv_transport import KVArrived, KVTransport, Peering, TransferFailed
 from harness.child import ChildProcess, Message, ParentChannel
 
 MODULE = "benchmarks.kv_peer"
@@ -41,10 +42,11 @@ def region(pool: KVPool, run: PageRun, tokens: int) -> torch.Tensor:
 
 # ---- server side -------------------------------------------------------------------------------
 class _DecodeSide:
-    def __init__(self, channel: ParentChannel, max_tokens: int) -> None:
+    def __init__(self, channel: ParentChannel, max_tokens: int, ucx_error_handling: str) -> None:
         self.channel = channel
         self.pool = make_pool(max_tokens)
-        self.transport = KVTransport(self.pool.tensor, "decode", HOST, None, TIMEOUT_S, TIMEOUT_S)
+        self.transport = KVTransport(self.pool.tensor, "decode", HOST, None, TIMEOUT_S, TIMEOUT_S,
+                                     peering=Peering(ucx_error_handling=ucx_error_handling))
         self.held: dict[int, tuple[PageRun, int]] = {}
         self.ended: dict[int, str | None] = {}  # room -> None (arrived) or the failure
         self.asked: set[int] = set()
@@ -84,10 +86,11 @@ class _DecodeSide:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="the KV benchmark's decode side, JSON lines")
     parser.add_argument("max_tokens", type=int)
+    parser.add_argument("ucx_error_handling", nargs="?", default="none")
     args = parser.parse_args(argv)
     channel = ParentChannel()
     torch.set_num_threads(1)
-    side = _DecodeSide(channel, args.max_tokens)
+    side = _DecodeSide(channel, args.max_tokens, args.ucx_error_handling)
     channel.send({"ready": True})
     while not channel.closed:
         for cmd in channel.read_commands():
@@ -100,9 +103,10 @@ def main(argv: list[str] | None = None) -> None:
 class DecodePeer:
     """The decode side in a child process: one command, one reply, each wait bounded."""
 
-    def __init__(self, max_tokens: int) -> None:
+    def __init__(self, max_tokens: int, ucx_error_handling: str = "none") -> None:
         self._replies: queue.Queue[Message | None] = queue.Queue()
-        self._child = ChildProcess.start(MODULE, [str(max_tokens)], self._replies.put)
+        self._child = ChildProcess.start(MODULE, [str(max_tokens), ucx_error_handling],
+                                         self._replies.put)
 
     def call(self, **cmd) -> Message:
         self._child.send(cmd)

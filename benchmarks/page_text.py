@@ -102,6 +102,27 @@ data is verified on the decode side. A third arm times the kernel's cross-proces
 (`process_vm_writev`, pointed at this process) of the same runs: on one host UCX moves the WRITE
 with exactly that call (its `cma` transport; tcp carries only the notification), so it is the
 bound NIXL can reach here. Both pools sit on transparent huge pages, as the engine's does.
+
+Where a WRITE's time goes (timestamps around each NIXL call in two processes, `strace`,
+`UCX_PROTO_INFO=y`): UCX picks `cma` zero-copy puts at every size and makes **one
+`process_vm_writev` per NIXL descriptor**, inside `transfer()`: 64 calls of one iovec for a
+request of this layout (one run per layer, K/V and KV head). So the fourth arm, **kernel copy
+per run** (the same 64 calls, timed here), is the real bound; it costs 0.1-0.25 ms more than
+one call with 64 iovecs and is itself 0.75-0.94x `copy_` from 8 MiB, so 0.8x `copy_` at 8 MiB is
+out of reach for this layout. NIXL stays 0.3-0.5 ms above that bound at every size, none of it
+waiting: at 8 MiB (timers around each call, medians) NIXL's two descriptor lists and transfer
+handle take 0.09 ms, the engine's run checks, pairing and notification 0.07 ms, the side
+channel's `Written` wake-up (see the TTFT section) 0.05-0.15 ms, the completion poll 0.06 ms.
+Neither `NIXL_UCX_SGL_ENABLE=1` (one scatter-gather put) nor a decode that polls without pause
+moved it. What did matter is NIXL's UCX error handling: under its default (`peer`) a WRITE's
+flush completes only after the *decode* has progressed UCX (a decode that never polls leaves the
+WRITE unfinished for good), and NIXL sends the notification only after the flush. The engine
+runs `ucx_error_handling_mode=none` (`--cpu-kv-ucx-error-handling`, the same on both sides):
+data, flush and notification complete inside the posting call, and the first WRITE to a peer
+fell from 13.7-14.7 ms to 0.7-0.8 ms (`--ucx-error-handling peer` vs `none`, two back-to-back
+pairs of runs). The steady-state rows barely move here because this benchmark's decode polls
+every 1 ms during the copy; a decode busy with a forward would hold a `peer` WRITE until its
+step ends.
 """
 
 TTFT = """\
@@ -114,6 +135,12 @@ forward to KV WRITE complete (decode registered its pages during the forward); *
 everything else (dispatch to the prefill engine, the completion notification, decode adopting the
 request and emitting its first token). The aggregated TTFT is split into the same compute and the
 rest. Greedy tokens of both paths are compared.
+
+After the WRITE (26 requests, median): decode used to see the notification only at the end of its
+1 ms poll slice (0.65-0.78 ms after the WRITE was done), then took ~1.2 ms to deliver the first
+token: 1.8-2.0 ms in all. The prefill now sends `Written` on the side channel once the WRITE is
+done, which wakes that poll: notification seen 0.31 ms after, first token 0.98 ms after. What
+is left is the decode engine thread handing the first token to the event loop (0.6-1.2 ms).
 """
 
 SERVING_TINY = """\

@@ -13,7 +13,8 @@ import dataclasses
 import os
 from typing import Any
 
-from components.engine.config import DISAGG_MODES, TRANSFER_BACKENDS, EngineConfig
+from components.engine.config import (DISAGG_MODES, TRANSFER_BACKENDS, UCX_ERROR_HANDLING,
+                                      EngineConfig)
 
 # EngineConfig is the one home of the engine's defaults; flags show and pass the same values.
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
@@ -39,8 +40,10 @@ _OPTIONAL = {
     "cpu_bootstrap_timeout": "bootstrap_timeout",
     "cpu_transfer_timeout": "transfer_timeout",
     "cpu_kv_side_channel_secret": "kv_side_channel_secret",
+    "cpu_kv_ucx_error_handling": "kv_ucx_error_handling",
 }
 SIDE_CHANNEL_SECRET_ENV = "DYN_KV_SIDE_CHANNEL_SECRET"
+UCX_ERROR_HANDLING_ENV = "DYN_KV_UCX_ERROR_HANDLING"
 
 
 def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +102,11 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help="shared secret that authenticates KV side-channel peers (same on every "
                         f"prefill and decode; prefer the {SIDE_CHANNEL_SECRET_ENV} environment "
                         "variable, which is the default, over the command line)")
+    g.add_argument("--cpu-kv-ucx-error-handling", choices=UCX_ERROR_HANDLING,
+                   default=os.environ.get(UCX_ERROR_HANDLING_ENV),
+                   help="NIXL's UCX endpoint error handling, the same on every prefill and decode "
+                        "(default none: a KV WRITE completes without waiting for the decode; "
+                        f"peer is NIXL's default; env {UCX_ERROR_HANDLING_ENV})")
 
 
 def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

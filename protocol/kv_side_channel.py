@@ -2,8 +2,9 @@
 
 Decode -> prefill (ZMQ DEALER -> the prefill's bootstrap ROUTER):
   ``Hello``     once per connection: the decode agent's NIXL metadata, the base and size of its
-                registered KV pool, its ``KVLayout``, and (with a shared secret) a nonce, a
-                timestamp and an HMAC of the rest;
+                registered KV pool, its ``KVLayout``, its UCX error handling mode (which must
+                equal the prefill's), and (with a shared secret) a nonce, a timestamp and an
+                HMAC of the rest;
   ``Register``  once per room: where the room's KV goes (destination runs in decode memory);
   ``Abort``     decode gave the room up; prefill stops, drains any WRITE, then answers ``AbortAck``.
 Prefill -> decode (ROUTER -> DEALER):
@@ -15,7 +16,9 @@ Prefill -> decode (ROUTER -> DEALER):
   ``Holding``   a WRITE of the room may still land (NIXL has not let go of it): keep the pages
                 until ``Abort``/``AbortAck``, however long (up to the holding backstop);
   ``Abort``     prefill failed or gave the room up; no WRITE of the room is in flight any more;
-  ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more.
+  ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more;
+  ``Written``   the room's WRITE is DONE: a wake-up only, so decode reads the NIXL notification
+                now rather than at the end of its poll slice (the notification stays the signal).
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
   ``KVNotif``   ``{room, first_token, logprob?}``: ``logprob`` only when the request asked for
                 logprobs (the first token's, and its top alternatives, as ``FirstLogprob``).
@@ -27,7 +30,7 @@ a receiver hold, not what a real model needs.
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -46,6 +49,9 @@ Runs = Annotated[list[tuple[Address, Length]], msgspec.Meta(min_length=1, max_le
 # NIXL agent metadata is ~0.5 KiB with UCX; the cap only stops a hostile peer.
 Metadata = Annotated[bytes, msgspec.Meta(min_length=1, max_length=1 << 20)]
 Token = Annotated[bytes, msgspec.Meta(max_length=64)]
+# UCX endpoint error handling (NIXL's ``ucx_error_handling_mode``): UCX refuses to connect
+# endpoints whose modes differ, so the prefill checks the decode's in its Hello.
+UcxErrorHandling = Literal["none", "peer"]
 
 # Enforced by ZMQ (MAXMSGSIZE drops the connection) and again before any decode.
 MAX_MESSAGE_BYTES = 2 << 20
@@ -79,6 +85,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True
     nonce: Token = b""  # with a shared secret: fresh per connection
     sent_at: float = 0.0  # with a shared secret: Unix time, bounds how long a replay is checked
     mac: Token = b""  # with a shared secret: HMAC-SHA256 of this Hello with mac=b""
+    ucx_error_handling: UcxErrorHandling = "peer"  # absent: NIXL's default
 
 
 class Register(msgspec.Struct, tag="register", frozen=True, forbid_unknown_fields=True):
@@ -117,6 +124,11 @@ class Holding(msgspec.Struct, tag="holding", frozen=True, forbid_unknown_fields=
     agent_name: AgentName
 
 
+class Written(msgspec.Struct, tag="written", frozen=True, forbid_unknown_fields=True):
+    room: Room
+    agent_name: AgentName
+
+
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 
 
@@ -135,7 +147,7 @@ class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
 
 
 ToPrefill = Union[Hello, Register, Abort]
-ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding]
+ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding, Written]
 
 _encoder = msgspec.msgpack.Encoder()
 to_prefill_decoder = msgspec.msgpack.Decoder(type=ToPrefill)
@@ -143,6 +155,6 @@ to_decode_decoder = msgspec.msgpack.Decoder(type=ToDecode)
 notif_decoder = msgspec.msgpack.Decoder(type=KVNotif)
 
 
-def encode(msg: Hello | Register | Abort | AbortAck | Welcome | Refused | Holding | KVNotif
-           ) -> bytes:
+def encode(msg: Hello | Register | Abort | AbortAck | Welcome | Refused | Holding | Written
+           | KVNotif) -> bytes:
     return _encoder.encode(msg)

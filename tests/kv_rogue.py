@@ -52,8 +52,10 @@ class RogueAgent:
         from nixl._api import nixl_agent, nixl_agent_config
 
         config = nixl_agent_config(enable_prog_thread=False, enable_listen_thread=False,
-                                   backends=["UCX"])
+                                   backends=[])
         self.agent = nixl_agent(name, config)
+        # The engine's UCX error handling: UCX cannot connect endpoints of different modes.
+        self.agent.create_backend("UCX", {"ucx_error_handling_mode": "none"})
         self.pool = torch.zeros(4096)
         self.reg = self.agent.register_memory(self.pool)
         self.name = name
@@ -61,7 +63,8 @@ class RogueAgent:
     def hello(self, name: str | None = None) -> Hello:
         fields = {"agent_name": name or self.name,
                   "agent_metadata": self.agent.get_agent_metadata(),
-                  "pool_base": self.pool.data_ptr(), "pool_bytes": self.pool.numel() * 4}
+                  "pool_base": self.pool.data_ptr(), "pool_bytes": self.pool.numel() * 4,
+                  "ucx_error_handling": "none"}
         # The same tests run against the protocol before Hello declared a pool (to show they
         # fail there): only the fields this Hello has.
         known = set(Hello.__struct_fields__)

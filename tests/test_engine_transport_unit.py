@@ -18,6 +18,7 @@ from protocol.kv_side_channel import (
     KVNotif,
     Refused,
     Register,
+    Written,
     encode,
     notif_decoder,
     to_decode_decoder,
@@ -28,6 +29,7 @@ from tests.transport_fakes import (
     PEER_RUNS,
     RUNS,
     SIZE,
+    make_decode,
     make_prefill,
 )
 
@@ -86,7 +88,7 @@ def test_messages_round_trip_and_reject_bad_shapes():
 # --- prefill ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("prefill_first", [True, False])
 def test_prefill_writes_when_both_sides_present(prefill_first):
-    side, nixl, _, events = make_prefill()
+    side, nixl, server, events = make_prefill()
     reg = Register(room=7, agent_name="dec", runs=PEER_RUNS)
     if prefill_first:
         side.add_prefill(7, RUNS, 42, "r")
@@ -104,6 +106,16 @@ def test_prefill_writes_when_both_sides_present(prefill_first):
     nixl.states[0] = "DONE"
     side.progress(time.monotonic())
     assert events == [TransferDone(7)] and not side.busy and nixl.released == [0]
+    # ... and wakes the decode, whose notification is already on its way.
+    assert server.sent[-1] == (b"id-d", Written(room=7, agent_name="fake-agent"))
+
+
+def test_decode_takes_written_as_a_wake_up_only():
+    side, nixl, client, events = make_decode()
+    side.on_message(("127.0.0.1", 5000), Written(room=7, agent_name="pre"))  # no such room
+    side.add_decode(7, "127.0.0.1", 5000, PEER_RUNS, "r")
+    side.on_message(("127.0.0.1", 5000), Written(room=7, agent_name="pre"))
+    assert events == [] and side.busy  # only the NIXL notification completes the room
 
 
 def test_prefill_abort_during_write_waits_for_the_handle():

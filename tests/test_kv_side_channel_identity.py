@@ -36,7 +36,8 @@ def pair():
 def test_replayed_metadata_under_another_name_does_not_unload_the_decode(pair):
     pre, dec, rogue = pair
     run_room(pre, dec, 21)  # the prefill knows the decode agent now
-    rogue.send(Hello(agent_name="impostor", agent_metadata=dec.transport._nixl.metadata))
+    rogue.send(Hello(agent_name="impostor", agent_metadata=dec.transport._nixl.metadata,
+                     ucx_error_handling="none"))
     rogue.send(Register(room=22, agent_name="impostor", runs=[(dec.pool.data_ptr, 64)]))
     abort = rogue.wait_reply(lambda: pre.poll(0.005), lambda m: isinstance(m, Abort))
     assert abort.room == 22

@@ -19,6 +19,7 @@ class FakeNixlError(Exception):
 class FakeNixl:
     errors = (FakeNixlError,)
     name = "fake-agent"
+    ucx_error_handling = "peer"  # what a Hello that does not name a mode declares
 
     def __init__(self, write_state: str = "PROC") -> None:
         self.peers: set[str] = set()

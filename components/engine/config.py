@@ -18,6 +18,7 @@ class DisaggregationMode(enum.StrEnum):
 
 DISAGG_MODES = tuple(m.value for m in DisaggregationMode)
 TRANSFER_BACKENDS = ("nixl",)
+UCX_ERROR_HANDLING = ("none", "peer")
 DTYPES = ("float32", "bfloat16", "float16")
 # Waits for a peer are bounded; the issue caps the default at 30 s.
 MAX_DEFAULT_TIMEOUT_S = 30.0
@@ -63,6 +64,11 @@ class EngineConfig:
     # and decode. None: peers are not authenticated (fine while the bootstrap server listens on
     # loopback or a private network).
     kv_side_channel_secret: str | None = dataclasses.field(default=None, repr=False)
+    # NIXL's UCX endpoint error handling, the same on every prefill and decode. "none": a WRITE
+    # completes inside the call that posts it; "peer" (NIXL's default) makes its completion wait
+    # for the decode to progress UCX (up to a poll slice or a whole decode step). See
+    # kv_transport/nixl_endpoint.py.
+    kv_ucx_error_handling: str = "none"
     # SGLang's --tokenizer-worker-num: with N > 1, N - 1 other processes may attach to this
     # engine (CpuEngine.attach_tokenizer_worker) and send it tokenized requests.
     tokenizer_worker_num: int = 1
@@ -124,6 +130,9 @@ class EngineConfig:
         secret = self.kv_side_channel_secret
         if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 4096):
             raise ValueError("kv_side_channel_secret must be a string of 16 to 4096 characters")
+        if self.kv_ucx_error_handling not in UCX_ERROR_HANDLING:
+            raise ValueError(f"kv_ucx_error_handling must be one of {UCX_ERROR_HANDLING}, got "
+                             f"{self.kv_ucx_error_handling!r}")
         if not isinstance(self.host, str) or not self.host:
             raise ValueError("host must be a non-empty address to bind side channels to")
 

@@ -59,9 +59,11 @@ class Fuzzer:
                                            "room": r.choice([0, -1, 2**64 - 1, "1", None]),
                                            "agent_name": r.randbytes(8), "runs": [[1]]})
         if kind == 2:
-            return Hello(agent_name=self.name(), agent_metadata=r.randbytes(r.randint(1, 600)))
+            return Hello(agent_name=self.name(), agent_metadata=r.randbytes(r.randint(1, 600)),
+                         ucx_error_handling="none")
         if kind == 3:  # the real decode's metadata under another name
-            return Hello(agent_name=self.name(), agent_metadata=self.dec.transport._nixl.metadata)
+            return Hello(agent_name=self.name(), agent_metadata=self.dec.transport._nixl.metadata,
+                         ucx_error_handling="none")
         if kind in (4, 5):  # a real agent's Hello, maybe under the real decode's name
             agent = r.choice(self.agents)
             return agent.hello(self.dec.transport.agent_name if kind == 5 else None)

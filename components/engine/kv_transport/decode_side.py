@@ -35,14 +35,7 @@ from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peers import Throttle
 from components.engine.kv_transport.runs import Run
 from protocol.kv_side_channel import (
-    MAX_NOTIF_BYTES,
-    Abort,
-    AbortAck,
-    Holding,
-    KVNotif,
-    Refused,
-    Register,
-    Welcome,
+    MAX_NOTIF_BYTES, Abort, AbortAck, Holding, KVNotif, Refused, Register, Welcome, Written,
     notif_decoder,
 )
 
@@ -120,6 +113,8 @@ class DecodeSide:
 
     # --- inputs -------------------------------------------------------------------------------
     def on_message(self, endpoint: Endpoint, msg) -> None:
+        if isinstance(msg, Written):
+            return  # a wake-up only: the poll's progress() right after reads the notification
         if isinstance(msg, (Welcome, Refused)):
             self._on_greeting(endpoint, msg)
             return

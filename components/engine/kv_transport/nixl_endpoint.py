@@ -5,11 +5,25 @@ zero delay and the idle thread spins a whole core (measured on 2-core machines).
 progressed by the owner's calls to ``state()`` (initiator) and ``notifs()`` (target), which the
 transport makes from its ``poll()`` whenever a room is pending.
 
+The UCX backend is created with ``ucx_error_handling_mode`` from ``Peering`` ("none" by
+default). Under NIXL's default, "peer", the WRITE's flush does not complete until the *target*
+has progressed UCX after the post (measured: against a target that does not progress, the
+initiator stays PROC indefinitely), and NIXL posts the notification only once the flush is done,
+so both wait for the decode's next poll (1 ms slices, or a whole decode step while it computes);
+the first WRITE to a peer took 13.7-14.7 ms. Under "none" the puts, the flush and the
+notification all complete inside ``transfer()``, the first WRITE included (0.7-0.8 ms;
+bench_kv_transfer). A dead peer on this host failed the WRITE (NIXL_ERR_REMOTE_DISCONNECT) in
+both modes; UCX guarantees that only under "peer", the better choice for RDMA between nodes.
+UCX refuses to connect endpoints whose modes differ, so the Hello carries the mode.
+
 No UCX environment is set here: on one host UCX's own choice already moves the WRITE with its
-``cma`` transport (one kernel copy, ``process_vm_writev``) and only the notification over tcp;
-``UCX_TLS=cma,tcp,self`` measured the same bandwidth, shared-memory-only choices fail to create
-the backend, and a user's ``UCX_TLS`` / ``UCX_NET_DEVICES`` (other hosts, RDMA) stays theirs.
-What speeds the copy up is the pool's memory (huge pages, ``host_memory.py``).
+``cma`` transport and only the notification over tcp (``UCX_PROTO_INFO=y``: put "zero-copy
+cma/memory" at every size, active messages "tcp/lo"). ``cma`` makes one ``process_vm_writev``
+per descriptor (strace: 64 calls of one iovec each for a 64-run room), which is what bounds a
+WRITE here; ``UCX_TLS=cma,tcp,self`` measured the same bandwidth, shared-memory-only choices
+fail to create the backend, ``NIXL_UCX_SGL_ENABLE=1`` gained nothing, and a user's ``UCX_TLS`` /
+``UCX_NET_DEVICES`` (other hosts, RDMA) stays theirs. The pool's huge pages (``host_memory.py``)
+make each of those kernel copies cheaper.
 """
 
 from __future__ import annotations
@@ -37,7 +51,7 @@ def _nixl_errors() -> tuple[type[BaseException], ...]:
 class NixlEndpoint:
     """The process's NIXL agent plus the registered pool; used on one thread only."""
 
-    def __init__(self, name: str, pool: torch.Tensor) -> None:
+    def __init__(self, name: str, pool: torch.Tensor, ucx_error_handling: str = "none") -> None:
         if not isinstance(pool, torch.Tensor) or pool.device.type != "cpu":
             raise ValueError("the KV pool must be a CPU torch tensor")
         if not pool.is_contiguous() or pool.numel() == 0:
@@ -47,11 +61,17 @@ class NixlEndpoint:
 
         self.errors = _nixl_errors()
         config = nixl_agent_config(enable_prog_thread=False, enable_listen_thread=False,
-                                   backends=["UCX"])
+                                   backends=[])
         self._agent = nixl_agent(name, config)
+        try:
+            self._agent.create_backend("UCX", {"ucx_error_handling_mode": ucx_error_handling})
+        except self.errors as exc:
+            raise RuntimeError(f"NIXL could not create its UCX backend ({exc}); KV transfer "
+                               "is impossible") from exc
         if "UCX" not in self._agent.backends:
             raise RuntimeError("NIXL could not create its UCX backend; KV transfer is impossible")
         self.name = name
+        self.ucx_error_handling = ucx_error_handling
         self._pool = pool  # keeps the registered memory alive
         self.base = pool.data_ptr()
         self.nbytes = pool.numel() * pool.element_size()

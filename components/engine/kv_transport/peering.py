@@ -1,4 +1,5 @@
-"""What a KV transport tells its peers and demands of them: its KV layout and the shared secret.
+"""What a KV transport tells its peers and demands of them: its KV layout, the shared secret and
+the UCX error handling mode (both sides must use the same one).
 
 ``engine_peering`` builds it from the engine's settings: the layout fingerprint names the model
 by its directory name and a hash of its config.json (less the keys that vary between copies of
@@ -25,6 +26,7 @@ _VOLATILE_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype
 class Peering:
     layout: KVLayout | None = None  # None: no layout check (tests, benchmarks)
     secret: bytes | None = field(default=None, repr=False)  # None: no authentication
+    ucx_error_handling: str = "none"  # NIXL's ucx_error_handling_mode (nixl_endpoint.py)
 
 
 def model_id(model_path: str) -> str:
@@ -50,4 +52,4 @@ def engine_peering(cfg, pool) -> Peering:
                       head_dim=pool.head_dim, page_size=pool.page_size,
                       model_id=model_id(cfg.model_path))
     secret = cfg.kv_side_channel_secret
-    return Peering(layout, secret.encode() if secret else None)
+    return Peering(layout, secret.encode() if secret else None, cfg.kv_ucx_error_handling)

@@ -4,7 +4,8 @@ A decode peer is a NIXL agent name bound to the ZMQ connection (ROUTER identity)
 introduced it. Only that connection may use the name, and a connection has one name; the
 binding ends when the connection drops (the bootstrap server reports it), after which the same
 agent may say Hello again on a new connection. The Hello's pool (base, size) bounds every
-Register of the peer, its layout must equal ours, and with a secret it must be signed.
+Register of the peer, its layout and UCX error handling must equal ours, and with a secret it
+must be signed.
 
 Tables are capped (``MAX_*``); what does not fit is refused, never grown. Refusals are logged at
 WARNING through ``Throttle``, at most once per ``Throttle.every_s`` per kind.
@@ -100,6 +101,9 @@ class PeerTable:
         why = self._auth.check(msg, time.time())  # first: tell a stranger nothing else
         if why is not None:
             return why
+        if msg.ucx_error_handling != self._nixl.ucx_error_handling:
+            return (f"UCX error handling mismatch: prefill uses {self._nixl.ucx_error_handling!r}, "
+                    f"decode {msg.ucx_error_handling!r} (--cpu-kv-ucx-error-handling must match)")
         if msg.layout != self._layout:
             return (f"KV layout mismatch: prefill has {_describe(self._layout)}, "
                     f"decode has {_describe(msg.layout)}")

@@ -22,7 +22,9 @@ from components.engine.kv_transport.events import (
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
 from components.engine.kv_transport.peers import Throttle, Tombstones
 from components.engine.kv_transport.runs import Run, coalesce, pair_runs, total_bytes
-from protocol.kv_side_channel import Abort, AbortAck, FirstLogprob, Holding, KVNotif, encode
+from protocol.kv_side_channel import (
+    Abort, AbortAck, FirstLogprob, Holding, KVNotif, Written, encode,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +161,9 @@ class PrefillWrites:
         elif state == "DONE":
             del self._rooms[r.room]
             self._count_done(r)
+            # The notification went out with the WRITE; this wakes decode's side-channel poll
+            # so it reads it now instead of after its next poll slice (up to 1 ms later).
+            self._server.send(r.reg.identity, Written(r.room, self._nixl.name))
             logger.debug("room %s (rid %s): KV WRITE done", r.room, r.rid)
             self._emit(TransferDone(r.room))
         else:

@@ -98,7 +98,7 @@ class KVTransport:
         name = agent_name or f"{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         peering = peering or Peering()
         throttle = Throttle()
-        self._nixl = NixlEndpoint(name, pool)
+        self._nixl = NixlEndpoint(name, pool, peering.ucx_error_handling)
         self._ctx = zmq.Context()
         self._poller = zmq.Poller()
         self._server: BootstrapServer | None = None
@@ -115,7 +115,8 @@ class KVTransport:
             else:
                 hello = Hello(agent_name=name, agent_metadata=self._nixl.metadata,
                               pool_base=self._nixl.base, pool_bytes=self._nixl.nbytes,
-                              layout=peering.layout)
+                              layout=peering.layout,
+                              ucx_error_handling=peering.ucx_error_handling)
                 self._client = BootstrapClient(self._ctx, self._poller,
                                                lambda: sign_hello(peering.secret, hello), throttle)
                 self._side = DecodeSide(self._nixl, self._client, float(transfer_timeout),
