@@ -178,6 +178,21 @@ def test_a_refused_request_reaches_decode_as_refused_before_and_after_it_registe
         Abort(9, "fake-agent", "needs KV space for 1500 tokens", invalid=True)]
 
 
+def test_an_unregistered_room_given_up_by_one_peer_stays_open_to_the_decode_that_registers():
+    side, nixl, server, events = make_prefill()
+    side.on_message(b"id-x", Hello(agent_name="x", agent_metadata=b"mx", pool_base=BASE,
+                                   pool_bytes=SIZE))
+    server.sent.clear()
+    side.on_message(b"id-x", Abort(room=7, agent_name="x", message="guessed"))
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    assert [m for _, m in server.sent] == [AbortAck(room=7, agent_name="fake-agent")]
+    side.add_prefill(7, RUNS, 1, "r")
+    assert nixl.writes and events == []  # the registered decode's room is written
+    side.on_message(b"id-x", Abort(room=8, agent_name="x", message="gone"))
+    side.on_message(b"id-x", Register(room=8, agent_name="x", runs=PEER_RUNS))
+    assert server.sent[-1][1] == Abort(8, "fake-agent", "aborted by decode: gone")
+
+
 def test_prefill_times_out_waiting_for_decode():
     side, nixl, server, events = make_prefill(bootstrap_timeout=0.5)
     side.add_prefill(7, RUNS, 1, "r")

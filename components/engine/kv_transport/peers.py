@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from components.engine.kv_transport.auth import HelloChecker, sign_welcome
 from components.engine.kv_transport.nixl_endpoint import NixlEndpoint
@@ -160,42 +161,48 @@ def _describe(layout: KVLayout | None) -> str:
     return layout.describe() if layout is not None else "no declared layout"
 
 
+class Tomb(NamedTuple):
+    until: float
+    message: str
+    invalid: bool  # the request itself was refused (a 400)
+    by: bytes | None  # the connection of a decode that gave the room up unregistered
+
+
 class Tombstones:
-    """Rooms given up (room -> (until, message)), so a late Register or add_prefill fails fast.
+    """Rooms given up (room -> Tomb), so a late Register or add_prefill fails fast.
     Capped: the oldest is forgotten first (that room then waits out its own timeout instead)."""
 
     def __init__(self, horizon: float, throttle: Throttle) -> None:
         self._horizon = horizon
         self._throttle = throttle
-        self._rooms: dict[int, tuple[float, str, bool]] = {}  # room -> (until, message, invalid)
+        self._rooms: dict[int, Tomb] = {}
 
     def __len__(self) -> int:
         return len(self._rooms)
 
-    def add(self, room: int, message: str, invalid: bool = False) -> None:
+    def add(self, room: int, message: str, invalid: bool = False,
+            by: bytes | None = None) -> None:
         self._rooms.pop(room, None)
         if len(self._rooms) >= MAX_TOMBSTONES:
             del self._rooms[next(iter(self._rooms))]
             self._throttle.warn("tombstones", "KV transport: over %d rooms given up within %g s; "
                                 "forgetting the oldest", MAX_TOMBSTONES, self._horizon)
-        self._rooms[room] = (time.monotonic() + self._horizon, message, invalid)
+        self._rooms[room] = Tomb(time.monotonic() + self._horizon, message, invalid, by)
+
+    def get(self, room: int) -> Tomb | None:
+        return self._rooms.get(room)
 
     def message(self, room: int) -> str | None:
         entry = self._rooms.get(room)
-        return entry[1] if entry is not None else None
-
-    def invalid(self, room: int) -> bool:
-        """The room was given up because the request itself was refused (a 400)."""
-        entry = self._rooms.get(room)
-        return entry is not None and entry[2]
+        return entry.message if entry is not None else None
 
     def pop(self, room: int) -> str | None:
         entry = self._rooms.pop(room, None)
-        return entry[1] if entry is not None else None
+        return entry.message if entry is not None else None
 
     def expire(self, now: float) -> None:
         while self._rooms:
-            room, (until, _, _) = next(iter(self._rooms.items()))
-            if until >= now:
+            room, tomb = next(iter(self._rooms.items()))
+            if tomb.until >= now:
                 return  # insertion order is expiry order
             del self._rooms[room]

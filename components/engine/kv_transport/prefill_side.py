@@ -115,10 +115,14 @@ class PrefillSide(PrefillWrites):
         self._server.send(identity, Abort(room, self._nixl.name, why))
 
     def _on_register(self, identity: bytes, peer: Peer, msg: Register) -> None:
-        tomb = self._tombstones.message(msg.room)
-        if tomb is not None:
-            self._server.send(identity, Abort(msg.room, self._nixl.name, tomb,
-                                              self._tombstones.invalid(msg.room)))
+        tomb = self._tombstones.get(msg.room)
+        if tomb is not None and tomb.by not in (None, identity):
+            # Given up unregistered by another connection: the decode registering it owns it
+            # (a peer that guesses a live room must not fail someone else's request).
+            self._tombstones.pop(msg.room)
+        elif tomb is not None:
+            self._server.send(identity, Abort(msg.room, self._nixl.name, tomb.message,
+                                              tomb.invalid))
             return
         try:
             self._peers.check_runs(peer, list(msg.runs), msg.room)
@@ -179,7 +183,7 @@ class PrefillSide(PrefillWrites):
                 r.ack_to = identity
                 self._finish_failed(r, message, tell_decode=False)
                 return
-            self._tombstones.add(msg.room, message)
+            self._tombstones.add(msg.room, message, by=identity)
             self._server.send(identity, AbortAck(msg.room, self._nixl.name))
         else:
             self._throttle.warn("abort", "KV side channel: refused an abort of room %s from a "
