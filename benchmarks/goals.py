@@ -35,7 +35,8 @@ def tokenizer_workers(load: Load) -> list[Goal]:
     worst = max(busy, other)
     bound = (f"an idle asyncio loop in a process of its own lags {fmt(idle, 1)} ms over the same "
              "window: the 2 loaded cores (frontend, engine thread, tokenizer thread, client) "
-             "delay any loop's wake-up; the workers' figures are histogram buckets")
+             "delay any loop's wake-up; the process tokenizing the chat also shares its GIL with "
+             "that work (the workers' figures are histogram buckets: 2, 5, 10 ms)")
     return [Goal(what, "max <= 2 ms",
                  f"<= {fmt(busy, 0)} ms in the process tokenizing it, <= {fmt(other, 0)} ms in "
                  f"the other (N=1: <= {fmt(_num(n1['lag_busy_ms']), 0)} ms)",

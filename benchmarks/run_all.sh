@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 10 minutes on 2 idle cores (12 when busy).
+# tables are collected in results/summary.md. About 18 minutes on 2 idle cores.
 #
 #   bash benchmarks/run_all.sh             # the full run
 #   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~3 minutes)

@@ -60,11 +60,11 @@ def headline(name: str, data: dict) -> list[str]:
         lines = []
         for arm, by_c in (data.get("ratios") or {}).items():
             for c, r in by_c.items():
-                bits = [
-                    f"output tok/s **{fmt(r.get('throughput_vs_engine'))}x** the engine's",
-                    f"TTFT p50 {fmt(r.get('ttft_overhead_ms_vs_engine'), 1)} ms over it",
-                    f"ITL p99 / p50 {fmt(r.get('itl_p99_over_p50'), 1)}",
-                ]
+                bits = [f"ITL p99 / p50 {fmt(r.get('itl_p99_over_p50'), 1)}"]
+                if r.get("throughput_vs_engine") is not None:  # runs without an engine arm
+                    bits[:0] = [
+                        f"output tok/s **{fmt(r['throughput_vs_engine'])}x** the engine's",
+                        f"TTFT p50 {fmt(r.get('ttft_overhead_ms_vs_engine'), 1)} ms over it"]
                 if "throughput_vs_agg" in r:
                     bits.append(
                         f"{fmt(r['throughput_vs_agg'])}x agg's tok/s, TTFT p50 "
