@@ -9,6 +9,7 @@ each, the largest lag (ms) since the previous mark.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import threading
 
@@ -19,7 +20,6 @@ class LagProbe:
     """The benchmark's side: start the probe process, `mark()` -> max lag (ms) since the last."""
 
     def __init__(self) -> None:
-        import subprocess
         self._proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lag_probe"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.mark()  # answers once its loop runs: the probe is ready
