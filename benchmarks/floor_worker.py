@@ -41,16 +41,6 @@ class StepClock:
                     fut.set_result(None)
 
 
-async def generate(request: dict, clock: StepClock):
-    prompt = request.get("token_ids") or [0]
-    max_tokens = int((request.get("stop_conditions") or {}).get("max_tokens") or 16)
-    for i in range(max_tokens):
-        if i:  # the first token at once: its TTFT is the frontend and request plane alone
-            await clock.next_step()
-        yield {"token_ids": [prompt[i % len(prompt)]],
-               "finish_reason": "length" if i == max_tokens - 1 else None}
-
-
 async def serve(args: argparse.Namespace) -> None:
     runtime = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp")
     namespace = os.environ.get("DYN_NAMESPACE", "dynamo")
@@ -63,9 +53,14 @@ async def serve(args: argparse.Namespace) -> None:
     clock = StepClock(args.step_ms / 1e3)
     ticking = asyncio.create_task(clock.run())
 
-    async def handler(request: dict, context=None):
-        async for item in generate(request, clock):
-            yield item
+    async def handler(request: dict, context=None):  # the endpoint's generator itself
+        prompt = request.get("token_ids") or [0]
+        max_tokens = int((request.get("stop_conditions") or {}).get("max_tokens") or 16)
+        for i in range(max_tokens):
+            if i:  # the first token at once: its TTFT is the frontend and request plane alone
+                await clock.next_step()
+            yield {"token_ids": [prompt[i % len(prompt)]],
+                   "finish_reason": "length" if i == max_tokens - 1 else None}
 
     try:
         await endpoint.serve_endpoint(handler)
