@@ -51,6 +51,8 @@ class DynamoArgs:
     prefill_instance_timeout: float  # bound on waiting for a prefill instance at startup
     debug_routes: bool  # expose /engine/kv_pages on the system port (tests, ops)
     orchestrator: str = "frontend"  # who starts a disaggregated request's prefill
+    # Frontend-orchestrated prefill: end a leg whose room no decode claimed within this (0: never)
+    room_claim_timeout: float = 10.0
 
     @property
     def frontend_orchestrated(self) -> bool:
@@ -104,8 +106,10 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    help="dyn://ns.comp.ep to serve; default dyn://$DYN_NAMESPACE.backend.generate "
                         "(prefill: .prefill.generate)")
     g.add_argument("--prefill-endpoint", default=None,
-                   help="decode-orchestrated decode only: the prefill workers' endpoint "
-                        "(default dyn://<ns>.prefill.generate)")
+                   help="decode: the prefill workers' endpoint (decode-orchestrated: called for "
+                        "every request; frontend-orchestrated: its component's room_watch "
+                        "endpoint says where each prefill watches its rooms; default "
+                        "dyn://<ns>.prefill.generate)")
     g.add_argument("--migration-limit", type=int, default=0,
                    help="accepted for Dynamo compatibility; in 1.6.1 migration is set on the frontend")
     g.add_argument("--discovery-backend", default=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
@@ -127,6 +131,10 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                         "bootstrap_info. decode (the default in Text mode, which the frontend "
                         "cannot orchestrate): only decode registers, and it calls the prefill "
                         "endpoint itself. Both legs must agree (env DYN_DISAGG_ORCHESTRATOR)")
+    g.add_argument("--room-claim-timeout", type=float, default=DynamoArgs.room_claim_timeout,
+                   help="frontend-orchestrated prefill: seconds a request's room may go "
+                        "unclaimed by its decode worker before the prefill stops it (its decode "
+                        "died before claiming it); 0: wait for the engine's bootstrap timeout")
     g.add_argument("--debug-routes", action="store_true",
                    default=os.environ.get("DYN_DEBUG_ROUTES", "") == "1",
                    help="serve /engine/kv_pages (KV pool occupancy) on DYN_SYSTEM_PORT")
@@ -176,8 +184,15 @@ def _dynamo_args(ns: argparse.Namespace, mode: WorkerMode) -> DynamoArgs:
         discovery_backend=ns.discovery_backend, request_plane=ns.request_plane,
         prefill_wait_timeout=ns.prefill_wait_timeout,
         prefill_instance_timeout=ns.prefill_instance_timeout, debug_routes=ns.debug_routes,
-        orchestrator=_orchestrator(ns),
+        orchestrator=_orchestrator(ns), room_claim_timeout=_room_claim_timeout(ns),
     )
+
+
+def _room_claim_timeout(ns: argparse.Namespace) -> float:
+    if not 0 <= ns.room_claim_timeout <= 3600:
+        raise SystemExit("--room-claim-timeout must be in [0, 3600] seconds, got "
+                         f"{ns.room_claim_timeout:g}")
+    return ns.room_claim_timeout
 
 
 def _check_orchestrator(dynamo: DynamoArgs, mode: WorkerMode, skip_tokenizer_init: bool) -> None:

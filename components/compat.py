@@ -25,5 +25,8 @@ def sglang_scheduler_info(engine: Any) -> dict[str, Any]:
 
 
 def sglang_requests_in_flight(engine: Any) -> int | None:
+    own = getattr(engine, "requests_in_flight", None)  # the CPU engine's count
+    if callable(own):
+        return own()
     states = getattr(engine.tokenizer_manager, "rid_to_state", None)
     return None if states is None else len(states)

@@ -16,6 +16,10 @@ class EngineLimits:
     # Tokens the engine keeps per request on top of prompt + output (speculative decoding's
     # draft tokens): requests get context_length - reserved_tokens.
     reserved_tokens: int = 0
+    # The engine aborts a request at any stage, also before it reached the scheduler (SGLang:
+    # components/sglang_aborts.py installed), so the worker may advertise
+    # disagg_prefill_cancel_anytime_v1.
+    cancel_anytime: bool = True
 
     @property
     def request_token_limit(self) -> int:

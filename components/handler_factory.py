@@ -34,10 +34,12 @@ def bootstrap_endpoint(config: WorkerConfig, engine: Any) -> tuple[str, int]:
 
 
 def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any],
-                  metrics: Optional[WorkerMetrics] = None) -> Any:
+                  metrics: Optional[WorkerMetrics] = None, rooms: Optional[Any] = None) -> Any:
+    """`rooms`: the room watch (prefill) or the room claims (decode), frontend-orchestrated."""
     if config.mode is WorkerMode.PREFILL:
         host, port = bootstrap_endpoint(config, engine)
-        return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port))
+        return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port),
+                              rooms=rooms)
     limits = engine_limits(config.engine_kind, engine)
     preprocessor = None
     if not config.skip_tokenizer_init:
@@ -54,7 +56,7 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
         bootstrap_timeout_s=config.dynamo.prefill_wait_timeout,
     )
     return DecodeHandler(engine, decode_config, prefill_client=prefill_client,
-                         preprocessor=preprocessor)
+                         preprocessor=preprocessor, rooms=rooms)
 
 
 def _bos_token_id(engine: Any) -> int:

@@ -38,8 +38,10 @@ class RegistrationError(RuntimeError):
     """The frontend-facing model registration failed; the worker must not keep running."""
 
 
-# Both legs advertise that a prefill may be cancelled at any point (our prefill handler aborts
-# its engine request on a stop), so the 1.6.1 frontend passes client cancellations on to it.
+# Both legs advertise that a prefill may be cancelled at any point, as Dynamo's SGLang worker
+# does once it has checked that its engine orders aborts after dispatch (EngineLimits). The
+# 1.6.1 frontend does not read it yet (it never cancels a prefill leg): the decode half stops
+# the prefill itself through the room watch.
 CANCEL_ANYTIME = "disagg_prefill_cancel_anytime_v1"
 
 
@@ -70,7 +72,8 @@ def runtime_config_for(limits: EngineLimits, config: Optional[WorkerConfig] = No
         runtime_config.max_num_seqs = limits.max_running_requests
     if config is not None and config.mode is not WorkerMode.AGGREGATED \
             and config.dynamo.frontend_orchestrated:
-        runtime_config.set_engine_specific(CANCEL_ANYTIME, json.dumps(True))
+        if limits.cancel_anytime:
+            runtime_config.set_engine_specific(CANCEL_ANYTIME, json.dumps(True))
         if config.mode is WorkerMode.PREFILL:
             runtime_config.set_disaggregated_endpoint(*bootstrap)
     return runtime_config

@@ -15,6 +15,7 @@ from typing import Any
 from sglang.srt.arg_groups.model_override_base import resolved_view
 from sglang.srt.server_args import ServerArgs
 
+from components.sglang_aborts import aborts_are_ordered, order_aborts
 from components.compat import adopt_flags, sglang_scheduler_info
 from components.engine_limits import EngineLimits, sglang_on_cpu
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST  # SGLang's own value: no KV moves
@@ -89,7 +90,9 @@ def server_args_from_namespace(ns: argparse.Namespace) -> ServerArgs:
 def create_engine(server_args: ServerArgs) -> Any:
     import sglang as sgl
 
-    return sgl.Engine(server_args=server_args)
+    engine = sgl.Engine(server_args=server_args)
+    order_aborts(engine.tokenizer_manager)
+    return engine
 
 
 def attach_engine(parent_pid: int) -> Any:
@@ -97,7 +100,9 @@ def attach_engine(parent_pid: int) -> Any:
     with the router of the Engine in `parent_pid` (started with tokenizer_worker_num > 1)."""
     import sglang as sgl
 
-    return sgl.Engine.attach_tokenizer_worker(parent_pid)
+    engine = sgl.Engine.attach_tokenizer_worker(parent_pid)
+    order_aborts(engine.tokenizer_manager)
+    return engine
 
 
 def resolved_server_args(engine: Any) -> Any:
@@ -117,6 +122,7 @@ def sglang_limits(engine: Any) -> EngineLimits:
         page_size=int(resolved.page_size or 1),
         # Speculative decoding keeps draft tokens in the request's context budget.
         reserved_tokens=int(getattr(manager, "num_reserved_tokens", 0) or 0),
+        cancel_anytime=aborts_are_ordered(manager),
     )
 
 

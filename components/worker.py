@@ -26,6 +26,7 @@ from components.kv_publishing import KvPublishing, kv_events_enabled
 from components.loop_lag import LoopLagMonitor
 from components.metrics import WorkerMetrics
 from components.register import register_served_model, role_for, unregister_served_model
+from components.room_wiring import room_claims, start_room_watch
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
 from components.signal_guard import SignalGuard
 from components.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine, worker_count
@@ -178,15 +179,19 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
     logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
                 config.served_model_name)
     engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
-    handler = worker = lag = None
+    handler = worker = lag = rooms = None
     try:
         prefill = None
         if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
             prefill = await connect_prefill(runtime, config)
+        elif config.mode is WorkerMode.DECODE:
+            rooms = await room_claims(runtime, config)
+        elif config.mode is WorkerMode.PREFILL:
+            rooms = await start_room_watch(runtime, config, bootstrap_endpoint(config, engine))
         metrics = WorkerMetrics(engine)
         lag = LoopLagMonitor(metrics.loop_lag.observe)
         lag.start()
-        handler = build_handler(config, engine, prefill, metrics)
+        handler = build_handler(config, engine, prefill, metrics, rooms)
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, engine)
         worker = Worker(config, runtime, engine, metrics)
@@ -202,6 +207,8 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
             worker.kv_publishing.close()
         if handler is not None:
             await handler.cleanup()
+        if rooms is not None:
+            await rooms.close()
         if workers is not None:  # they drain on this process's engine: stop them first
             await asyncio.to_thread(workers.stop)
         engine.shutdown()

@@ -58,6 +58,34 @@ class PrefillClient(Protocol):
     ) -> AsyncIterator[dict[str, Any]]: ...
 
 
+class RoomEnd(Protocol):
+    """How the decode half of a room ended (protocol.room_watch.Release)."""
+
+    room: int
+    outcome: str  # "cancelled", "failed" or "invalid" (the client's error, `message` says it)
+    message: str
+
+
+class RoomWatch(Protocol):
+    """Prefill side of the room watch (components/room_watch.py): `watch(room)` resolves with
+    the RoomEnd as soon as the room's decode half ends early (at once if it already has)."""
+
+    def watch(self, room: int) -> "asyncio.Future[RoomEnd]": ...
+
+    def unwatch(self, room: int, gone: "asyncio.Future[RoomEnd]") -> None: ...
+
+
+class RoomClaim(Protocol):
+    def release(self, outcome: str, message: str = "") -> None: ...
+
+
+class RoomClaims(Protocol):
+    """Decode side of the room watch (components/room_claims.py): claim the room of a decode
+    half as it arrives; None when the prefill's watch cannot be reached."""
+
+    async def claim(self, host: str, port: int, room: int) -> Optional[RoomClaim]: ...
+
+
 class BaseHandler:
     """generate(request, context) is the endpoint; cleanup() cancels tracked tasks."""
 

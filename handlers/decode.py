@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from handlers.base import BaseHandler, Context, Engine, PrefillClient
+from handlers.base import BaseHandler, Context, Engine, PrefillClient, RoomClaims
 from handlers.chat_stream import ChatStream
 from handlers.errors import EngineError, RequestError
 from handlers.frontend_disagg import check_one_choice, request_bootstrap
+from handlers.half_end import HalfEnd, claim_room
 from handlers.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
@@ -69,6 +70,7 @@ class DecodeHandler(BaseHandler):
         config: DecodeConfig,
         prefill_client: Optional[PrefillClient] = None,
         preprocessor: Optional[Preprocessor] = None,
+        rooms: Optional[RoomClaims] = None,
     ) -> None:
         super().__init__(engine)
         if self._decode_orchestrated(config) and prefill_client is None:
@@ -78,6 +80,10 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
+        # Frontend-orchestrated: claims each request's room at its prefill, so the prefill
+        # stops as soon as this half ends early (docs/architecture.md, "The room watch").
+        self.rooms = rooms if config.disaggregated and not self._decode_orchestrated(config) \
+            else None
         self._handoff: Optional[PrefillHandoff] = None  # decode-orchestrated only
         if self._decode_orchestrated(config):
             self._handoff = PrefillHandoff(prefill_client, self.spawn,
@@ -88,18 +94,27 @@ class DecodeHandler(BaseHandler):
         self, request: dict[str, Any], context: Optional[Context] = None
     ) -> AsyncIterator[dict[str, Any]]:
         started = time.monotonic()
-        job = await self._prepare(request, context)
-        guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
-        guard.start()
+        end = HalfEnd(await claim_room(self.rooms, request))
         try:
-            async for out in self._run(job, guard, context):
-                yield out
-        except Stopped:
-            logger.info("request %s cancelled by the client", guard.rid)
-            return
+            job = await self._prepare(request, context)
+            guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
+            guard.start()
+            try:
+                async for out in self._run(job, guard, context):
+                    yield out
+            except Stopped:
+                logger.info("request %s cancelled by the client", guard.rid)
+                end.outcome = "cancelled"
+                return
+            finally:
+                guard.close()
+                await aclose(guard.stream)  # SGLang aborts every sub-request (n > 1) it started
+            end.outcome = "done"
+        except RequestError as exc:
+            end.outcome, end.message = "invalid", str(exc)
+            raise
         finally:
-            guard.close()
-            await aclose(guard.stream)  # SGLang aborts every sub-request (n > 1) it started
+            end.release()
         logger.info(
             "request %s done: prompt=%d completion=%d in %.3fs",
             guard.rid, len(job.input_ids), job.stream.completion_tokens,

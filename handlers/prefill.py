@@ -16,10 +16,11 @@ import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from handlers.base import BaseHandler, Context, Engine
+from handlers.base import BaseHandler, Context, Engine, RoomEnd, RoomWatch
 from handlers.errors import EngineError, RequestError
 from handlers.finish import map_finish_reason
 from handlers.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
@@ -48,10 +49,20 @@ def new_room() -> int:
     return secrets.randbelow(MAX_BOOTSTRAP_ROOM) + 1
 
 
+class DecodeEnded(Exception):
+    """The decode half of this leg's room ended early (the room watch said so)."""
+
+    def __init__(self, end: RoomEnd) -> None:
+        super().__init__(end.message or end.outcome)
+        self.end = end
+
+
 class PrefillHandler(BaseHandler):
-    def __init__(self, engine: Engine, config: PrefillConfig) -> None:
+    def __init__(self, engine: Engine, config: PrefillConfig,
+                 rooms: Optional[RoomWatch] = None) -> None:
         super().__init__(engine)
         self.config = config
+        self.rooms = rooms  # frontend-orchestrated: the decode halves' room watch
 
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
@@ -61,9 +72,35 @@ class PrefillHandler(BaseHandler):
         health_check = bool(request.get(HEALTH_CHECK_KEY))
         if health_check:
             boot = boot.model_copy(update={"bootstrap_host": FAKE_BOOTSTRAP_HOST})
+        # The frontend drew the room and sent the decode half there too: watch how it ends.
+        watched = (self.rooms is not None and from_frontend and not health_check
+                   and request.get("bootstrap_info") is not None)
+        gone = self.rooms.watch(boot.bootstrap_room) if watched else None
+        try:
+            # aclosing: closing this stream early must run _serve's cleanup (the abort) now
+            async with aclosing(self._serve(ids, params, boot, logprobs, from_frontend,
+                                            health_check, gone, context)) as items:
+                async for item in items:
+                    yield item
+        except DecodeEnded as exc:
+            if exc.end.outcome == "invalid":  # the client's error: the same 400 from both halves
+                raise RequestError(exc.end.message) from None
+            logger.info("prefill of room %s stopped: its decode half ended (%s)",
+                        boot.bootstrap_room, exc.end.outcome)
+        finally:
+            if gone is not None:
+                self.rooms.unwatch(boot.bootstrap_room, gone)
+
+    async def _serve(self, ids: list[int], params: dict, boot: BootstrapInfo,
+                     logprobs: dict[str, Any], from_frontend: bool, health_check: bool,
+                     gone: "Optional[asyncio.Future[RoomEnd]]", context: Optional[Context]
+                     ) -> AsyncIterator[dict[str, Any]]:
+        if gone is not None and gone.done():
+            raise DecodeEnded(gone.result())  # before any engine work: nothing to stop
         guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
         guard.start()
         started = time.monotonic()
+        drain: "Optional[asyncio.Task[PrefillDone]]" = None
         try:
             stream = await self.engine.async_generate(
                 input_ids=ids,
@@ -82,12 +119,14 @@ class PrefillHandler(BaseHandler):
             await asyncio.sleep(0)
             if not health_check and not _refused(drain):
                 yield first_item(boot) if from_frontend else boot.model_dump()
-            done = await self._wait(drain, guard)
+            done = await self._wait(drain, guard, gone)
         except Stopped:
             logger.info("prefill %s cancelled by the client", guard.rid)
             return
         finally:
             guard.close()
+            if drain is not None and not drain.done():
+                drain.cancel()  # a cancelled read also aborts a rid SGLang has not registered
         logger.info(
             "prefill %s done: prompt=%d cached=%d in %.3fs",
             guard.rid, done.prompt_tokens, done.cached_tokens, time.monotonic() - started,
@@ -117,10 +156,12 @@ class PrefillHandler(BaseHandler):
                                  bootstrap_room=new_room())
         return ids, params, boot, tokens_logprob_kwargs(opts)
 
-    async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard) -> PrefillDone:
+    async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard,
+                    gone: "Optional[asyncio.Future[RoomEnd]]") -> PrefillDone:
         try:
             # shield: a stop aborts the rid and the drain ends with the engine's stream.
-            return await guard.race(asyncio.shield(drain), self.config.engine_timeout_s)
+            guard.check()  # before the coroutine exists: race() would leave it unawaited
+            done = await guard.race(_first(drain, gone), self.config.engine_timeout_s)
         except TimeoutError:
             raise EngineError(
                 f"prefill engine did not finish within {self.config.engine_timeout_s:g} s"
@@ -131,6 +172,12 @@ class PrefillHandler(BaseHandler):
             if asyncio.current_task().cancelling():
                 raise  # we are being cancelled ourselves
             raise EngineError("prefill handler is shutting down") from None
+        if isinstance(done, PrefillDone):
+            return done
+        # Abort by rid, and cancel the stream's read too: SGLang ignores an abort of a rid its
+        # TokenizerManager has not registered yet, but a cancelled first read aborts it.
+        guard.abort(f"its decode half ended ({done.outcome})")
+        raise DecodeEnded(done)
 
     async def _drain(
         self, stream: AsyncIterator[dict[str, Any]], guard: RequestGuard
@@ -149,6 +196,15 @@ class PrefillHandler(BaseHandler):
             prompt_tokens=int(meta.get("prompt_tokens") or 0),
             cached_tokens=int(meta.get("cached_tokens") or 0),
         )
+
+
+async def _first(drain: "asyncio.Task[PrefillDone]",
+                 gone: "Optional[asyncio.Future[RoomEnd]]") -> "PrefillDone | RoomEnd":
+    """The drain's outcome, or the decode half's end if that comes first."""
+    if gone is None:
+        return await asyncio.shield(drain)
+    await asyncio.wait({drain, gone}, return_when=asyncio.FIRST_COMPLETED)
+    return drain.result() if drain.done() else gone.result()
 
 
 def _refused(drain: "asyncio.Task[PrefillDone]") -> bool:

@@ -3,6 +3,7 @@ its defaults, what each role registers, the prefill leg (the frontend's room, 1.
 shapes, refusing what decode refuses) and the decode leg (bootstrap_info required)."""
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -66,7 +67,7 @@ def test_a_bad_orchestrator_from_the_environment_is_refused(monkeypatch):
 
 # --- registration ---------------------------------------------------------------------------
 
-async def _registered(monkeypatch, mode: str, orchestrator: str) -> dict:
+async def _registered(monkeypatch, mode: str, orchestrator: str, limits=LIMITS) -> dict:
     calls = []
 
     async def fake_register_model(*args, **kwargs):
@@ -75,7 +76,7 @@ async def _registered(monkeypatch, mode: str, orchestrator: str) -> dict:
     monkeypatch.setattr(register, "register_model", fake_register_model)
     cfg = parse_args([*MODEL, "--disaggregation-mode", mode, "--skip-tokenizer-init",
                       "--disagg-orchestrator", orchestrator])
-    await register.register_served_model(object(), cfg, LIMITS, ("10.0.0.7", 12345))
+    await register.register_served_model(object(), cfg, limits, ("10.0.0.7", 12345))
     return calls[0] if calls else {}
 
 
@@ -187,3 +188,13 @@ async def test_decode_without_a_usable_bootstrap_info_is_a_request_error(boot, w
     with pytest.raises(RequestError, match=words):
         await collect(DecodeHandler(engine, FRONTEND_DECODE).generate(request, FakeContext()))
     assert engine.calls == []
+
+
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+async def test_cancel_anytime_is_advertised_only_by_an_engine_that_orders_its_aborts(
+        monkeypatch, mode):
+    ordered = await _registered(monkeypatch, mode, "frontend")
+    assert ordered["runtime_config"].runtime_data.get(register.CANCEL_ANYTIME) in (True, "true")
+    unordered = await _registered(monkeypatch, mode, "frontend",
+                                  dataclasses.replace(LIMITS, cancel_anytime=False))
+    assert register.CANCEL_ANYTIME not in unordered["runtime_config"].runtime_data

@@ -95,17 +95,18 @@ SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-toke
 
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                           disaggregated: bool = False,
-                          orchestrator: str = DECODE_ORCHESTRATED) -> Stack:
+                          orchestrator: str = DECODE_ORCHESTRATED, with_agg: bool = True,
+                          extra: tuple[str, ...] = ()) -> Stack:
     """Frontend, SGLang serving `tiny-sglang` (one aggregated worker, or a prefill and a decode
     worker orchestrated by `orchestrator`), and the CPU engine's aggregated `tiny-agg` as the
-    reference."""
+    reference (`with_agg`). `extra` flags go to the SGLang workers (later flags win)."""
     stack = Stack(workdir, model_path)
     try:
         stack.start_frontend()
         endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
         if disaggregated:
             nixl = ("--disaggregation-transfer-backend", "nixl",
-                    "--disagg-orchestrator", orchestrator)
+                    "--disagg-orchestrator", orchestrator, *extra)
             stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS, *nixl,
                                "--endpoint", "dyn://dynamo.sglang_prefill.generate",
                                "--disaggregation-bootstrap-port", str(free_port()),
@@ -114,12 +115,13 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
                                "--prefill-endpoint", "dyn://dynamo.sglang_prefill.generate",
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
         else:
-            stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint,
+            stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint, *extra,
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
-        stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
-                           "--endpoint", "dyn://dynamo.agg.generate",
-                           skip_tokenizer_init=skip_tokenizer_init)
-        stack.wait_ready(SGLANG, AGG)
+        if with_agg:
+            stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
+                               "--endpoint", "dyn://dynamo.agg.generate",
+                               skip_tokenizer_init=skip_tokenizer_init)
+        stack.wait_ready(SGLANG, *([AGG] if with_agg else []))
         if disaggregated and orchestrator == FRONTEND_ORCHESTRATED:
             stack.wait_ready(SGLANG, probe=True)
     except BaseException:

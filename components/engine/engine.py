@@ -113,6 +113,11 @@ class CpuEngine(SyncGenerateMixin):
     def kv_pages_total(self) -> int:
         return self._info.num_pages
 
+    def requests_in_flight(self) -> int:
+        """Requests (choices) submitted and not finished yet, as SGLang's rid_to_state counts."""
+        with self._lock:
+            return len(self._live_rids)
+
     def queue_depth(self) -> int:
         """Requests waiting for the scheduler to admit them."""
         return self._loop.queue_depth()

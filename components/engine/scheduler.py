@@ -112,7 +112,11 @@ class Scheduler:
 
     def _prefill_chunks(self) -> list[PrefillChunk]:
         chunks: list[PrefillChunk] = []
+        # As SGLang's PrefillAdder: with chunking, a step's new tokens together stay within one
+        # chunk, so a step (what an abort or a short request waits behind) is one chunk's forward.
         budget = self.cfg.max_prefill_tokens
+        if self._can_chunk():
+            budget = min(budget, self.cfg.chunked_prefill_size)
         if self._chunked is not None:
             chunks.append(self._next_chunk(self._chunked, budget))
             budget -= chunks[-1].end - chunks[-1].begin

@@ -1,0 +1,130 @@
+"""The decode worker's side of the room watch (docs/architecture.md, "The room watch").
+
+One connection per prefill worker's watch server, opened on first use and kept: `claim` sends
+the room's Claim as the decode half arrives, and the returned claim's `release` sends how the
+half ended. While a connection holds claims it pings, so a hung decode's rooms end too. A watch
+server that cannot be reached costs nothing but the guarantee: the request goes on unclaimed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Optional
+
+from protocol.room_watch import Claim, Outcome, Ping, Release, frame
+
+logger = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+# Where the prefill worker whose bootstrap server is (host, port) keeps its room watch.
+Lookup = Callable[[str, int], Awaitable[Optional[Address]]]
+CONNECT_TIMEOUT_S = 2.0
+
+
+class _Link:
+    def __init__(self, address: Address, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, ping_s: float) -> None:
+        self.address = address
+        self.rooms: set[int] = set()
+        self._writer = writer
+        self._wake = asyncio.Event()
+        self._tasks = (asyncio.ensure_future(self._ping(ping_s)),
+                       asyncio.ensure_future(self._until_closed(reader)))
+
+    @property
+    def open(self) -> bool:
+        return not self._writer.is_closing()
+
+    def send(self, msg: Claim | Release | Ping) -> None:
+        # A write never blocks the loop: the transport buffers it (a few bytes per request).
+        if self.open:
+            self._writer.write(frame(msg))
+
+    def claimed(self, room: int) -> None:
+        self.rooms.add(room)
+        self._wake.set()
+
+    async def _ping(self, every_s: float) -> None:
+        while self.open:
+            if not self.rooms:
+                self._wake.clear()
+                await self._wake.wait()
+            await asyncio.sleep(every_s)
+            self.send(Ping())
+
+    async def _until_closed(self, reader: asyncio.StreamReader) -> None:
+        """The server never writes: EOF or an error means the prefill worker went away."""
+        try:
+            await reader.read()
+        except ConnectionError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._writer.close()
+
+
+class RoomClaim:
+    """One decode half's claim; `release` once, when the half ends."""
+
+    def __init__(self, link: _Link, room: int) -> None:
+        self._link = link
+        self.room = room
+        self._released = False
+
+    def release(self, outcome: Outcome, message: str = "") -> None:
+        if self._released:
+            return
+        self._released = True
+        self._link.rooms.discard(self.room)
+        self._link.send(Release(self.room, outcome, message[:4096]))
+
+
+class RoomClaims:
+    def __init__(self, lookup: Lookup, ping_s: float = 2.0) -> None:
+        self._lookup = lookup
+        self._ping_s = ping_s
+        self._links: dict[Address, _Link] = {}
+        self._opening: dict[Address, asyncio.Future[Optional[_Link]]] = {}
+
+    async def claim(self, host: str, port: int, room: int) -> Optional[RoomClaim]:
+        """Claim `room` at the prefill whose bootstrap server is host:port; None when its
+        watch cannot be reached (logged)."""
+        address = await self._lookup(host, port)
+        if address is None:
+            return None
+        link = await self._link(address)
+        if link is None:
+            return None
+        link.send(Claim(room))
+        link.claimed(room)
+        return RoomClaim(link, room)
+
+    async def _link(self, address: Address) -> Optional[_Link]:
+        link = self._links.get(address)
+        if link is not None and link.open:
+            return link
+        opening = self._opening.get(address)
+        if opening is None:
+            opening = self._opening[address] = asyncio.ensure_future(self._connect(address))
+            opening.add_done_callback(lambda _: self._opening.pop(address, None))
+        return await asyncio.shield(opening)
+
+    async def _connect(self, address: Address) -> Optional[_Link]:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*address),
+                                               CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            logger.warning("room watch at %s:%d unreachable (%s); its requests go unclaimed",
+                           address[0], address[1], exc)
+            return None
+        link = self._links[address] = _Link(address, reader, writer, self._ping_s)
+        return link
+
+    async def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()

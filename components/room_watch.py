@@ -1,0 +1,161 @@
+"""The prefill worker's room watch server (docs/architecture.md, "The room watch").
+
+Each decode worker process keeps one TCP connection here and claims the room of every decode
+half it serves; when that half ends early it releases the room with its outcome. A room whose
+claim is released as gone, or whose connection drops or falls silent, ends: the prefill leg
+watching it (`watch`) is told at once, and a leg that arrives later finds it ended and computes
+nothing. The engine does not matter: the prefill handler aborts its engine request by rid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Optional
+
+import msgspec
+
+from protocol.room_watch import (
+    GONE, HEADER, Claim, Ping, Release, decode, frame_length,
+)
+
+logger = logging.getLogger(__name__)
+
+# A room ended before its prefill leg arrived is remembered this long (the frontend sends
+# both legs at once; this only has to outlast the request plane's delivery).
+ENDED_TTL_S = 120.0
+MAX_ENDED = 1 << 16
+MAX_CLAIMS_PER_CONNECTION = 1 << 16
+DROPPED = "the decode worker's room-watch connection dropped"
+
+
+class _Connection:
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.rooms: set[int] = set()
+
+
+class RoomWatchServer:
+    def __init__(self, host: str, port: int = 0, silence_s: float = 10.0,
+                 claim_timeout_s: float = 10.0) -> None:
+        self.host = host
+        self.port = port
+        self._silence_s = silence_s  # a connection holding claims that says nothing this long
+        # A leg whose room no decode claims this long ends: its decode died before claiming it
+        # (the frontend sends the decode leg within milliseconds of the prefill's first item).
+        # 0: wait for the engine's own bootstrap timeout instead.
+        self._claim_timeout_s = claim_timeout_s
+        self._deadlines: dict[int, asyncio.TimerHandle] = {}
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._claims: dict[int, _Connection] = {}
+        self._ended: OrderedDict[int, tuple[Release, float]] = OrderedDict()
+        self._legs: dict[int, asyncio.Future[Release]] = {}
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        except OSError as exc:
+            raise RuntimeError(f"cannot bind the room watch to {self.host}:{self.port}: "
+                               f"{exc}") from exc
+        self.port = self._server.sockets[0].getsockname()[1]
+        logger.info("room watch listening on %s:%d", self.host, self.port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {"claims": len(self._claims), "ended": len(self._ended), "legs": len(self._legs)}
+
+    def watch(self, room: int) -> "asyncio.Future[Release]":
+        """A future that resolves with the decode's Release when the room ends (already
+        resolved if it has). `unwatch` when the leg is over."""
+        gone: asyncio.Future[Release] = asyncio.get_running_loop().create_future()
+        ended = self._ended.get(room)
+        if ended is not None:
+            gone.set_result(ended[0])
+            return gone
+        self._legs[room] = gone
+        if room not in self._claims and self._claim_timeout_s > 0:
+            self._deadlines[room] = asyncio.get_running_loop().call_later(
+                self._claim_timeout_s, self._unclaimed, room)
+        return gone
+
+    def unwatch(self, room: int, gone: "asyncio.Future[Release]") -> None:
+        if self._legs.get(room) is gone:
+            del self._legs[room]
+            self._cancel_deadline(room)
+        gone.cancel()
+
+    def _unclaimed(self, room: int) -> None:
+        self._deadlines.pop(room, None)
+        logger.warning("room %s: no decode claimed it within %.0f s", room, self._claim_timeout_s)
+        self._end(Release(room, "failed",
+                          f"no decode claimed the room within {self._claim_timeout_s:g} s"))
+
+    def _cancel_deadline(self, room: int) -> None:
+        deadline = self._deadlines.pop(room, None)
+        if deadline is not None:
+            deadline.cancel()
+
+    # --- the connections ----------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(str(writer.get_extra_info("peername")))
+        try:
+            while True:
+                timeout = self._silence_s if conn.rooms else None
+                header = await asyncio.wait_for(reader.readexactly(HEADER.size), timeout)
+                body = await asyncio.wait_for(reader.readexactly(frame_length(header)),
+                                              self._silence_s)
+                self._on_message(conn, decode(body))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the decode closed the connection or died
+        except TimeoutError:
+            logger.warning("room watch: %s held %d rooms and was silent for %.0f s",
+                           conn.peer, len(conn.rooms), self._silence_s)
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            logger.warning("room watch: dropped %s after a malformed frame: %s", conn.peer, exc)
+        finally:
+            writer.close()
+            self._dropped(conn)
+
+    def _on_message(self, conn: _Connection, msg: Claim | Release | Ping) -> None:
+        if isinstance(msg, Claim):
+            owner = self._claims.get(msg.room)
+            if owner is None and msg.room not in self._ended \
+                    and len(conn.rooms) < MAX_CLAIMS_PER_CONNECTION:
+                self._claims[msg.room] = conn
+                conn.rooms.add(msg.room)
+                self._cancel_deadline(msg.room)
+        elif isinstance(msg, Release):
+            owner = self._claims.get(msg.room)
+            if owner is not None and owner is not conn:
+                return  # another decode's room: not this connection's to end
+            if owner is conn:
+                del self._claims[msg.room]
+                conn.rooms.discard(msg.room)
+            if msg.outcome in GONE:
+                self._end(msg)
+
+    def _dropped(self, conn: _Connection) -> None:
+        for room in conn.rooms:
+            if self._claims.get(room) is conn:
+                del self._claims[room]
+                self._end(Release(room, "failed", DROPPED))
+        conn.rooms.clear()
+
+    def _end(self, release: Release) -> None:
+        gone = self._legs.pop(release.room, None)
+        if gone is not None and not gone.done():
+            logger.info("room %s ended by its decode (%s)", release.room, release.outcome)
+            gone.set_result(release)
+        now = time.monotonic()
+        self._ended[release.room] = (release, now + ENDED_TTL_S)
+        self._ended.move_to_end(release.room)
+        while self._ended and (len(self._ended) > MAX_ENDED
+                               or next(iter(self._ended.values()))[1] < now):
+            self._ended.popitem(last=False)

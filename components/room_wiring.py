@@ -1,0 +1,55 @@
+"""The room watch in the worker process (docs/architecture.md, "The room watch"): the prefill
+worker's server and its `room_watch` endpoint, the decode worker's claims. Frontend-orchestrated
+only: decode-orchestrated, the decode holds the prefill's own stream and stops it itself.
+
+With --tokenizer-worker-num the engine's own process watches; prefill legs that land in an
+attached process are not watched (frontend orchestration is Tokens mode, where attached
+processes gain nothing on a prefill worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional
+
+from components.args import WorkerConfig, WorkerMode
+from components.hosts import advertised_host
+from components.room_claims import RoomClaims
+from components.room_directory import RoomDirectory, room_watch_answer, room_watch_endpoint
+from components.room_watch import RoomWatchServer
+from components.tokenizer_workers import engine_pid
+
+logger = logging.getLogger(__name__)
+
+
+def _watched(config: WorkerConfig, mode: WorkerMode) -> bool:
+    return (config.mode is mode and config.dynamo.frontend_orchestrated
+            and engine_pid() is None)
+
+
+async def start_room_watch(runtime: Any, config: WorkerConfig,
+                           bootstrap: tuple[str, int]) -> Optional[RoomWatchServer]:
+    """Prefill: listen on the configured host and say where on `<component>.room_watch`."""
+    if not _watched(config, WorkerMode.PREFILL):
+        return None
+    server = RoomWatchServer(config.host, claim_timeout_s=config.dynamo.room_claim_timeout)
+    await server.start()
+    watch = (advertised_host(config.host, config.engine_kind), server.port)
+    endpoint = runtime.endpoint(room_watch_endpoint(config.dynamo.endpoint))
+    serving = asyncio.ensure_future(endpoint.serve_endpoint(room_watch_answer(bootstrap, watch)))
+    serving.add_done_callback(_log_end)
+    return server
+
+
+async def room_claims(runtime: Any, config: WorkerConfig) -> Optional[RoomClaims]:
+    """Decode: claims at the prefill workers' watches, found through their endpoint."""
+    if not _watched(config, WorkerMode.DECODE):
+        return None
+    client = await runtime.endpoint(room_watch_endpoint(config.dynamo.prefill_endpoint)).client()
+    return RoomClaims(RoomDirectory(client).lookup)
+
+
+def _log_end(serving: "asyncio.Future[Any]") -> None:
+    if not serving.cancelled() and serving.exception() is not None:
+        logger.error("the room_watch endpoint stopped: %r", serving.exception())

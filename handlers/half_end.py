@@ -1,0 +1,37 @@
+"""The decode half's side of the room watch (docs/architecture.md, "The room watch"): claim
+the frontend's room before anything else, and say how the half ended when it does, so the
+prefill computing the other half stops at once instead of holding KV for nobody."""
+
+from typing import Any, Optional
+
+from handlers.base import RoomClaim, RoomClaims
+from handlers.errors import RequestError
+from handlers.frontend_disagg import request_bootstrap
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
+
+
+async def claim_room(rooms: Optional[RoomClaims], request: Any) -> Optional[RoomClaim]:
+    """The room's claim, or None (no watch, no room, a canary, or the watch unreachable)."""
+    if rooms is None or not isinstance(request, dict):
+        return None
+    try:
+        boot = request_bootstrap(request, required=False)
+    except RequestError:
+        return None  # the handler answers the malformed bootstrap_info with its 400
+    if boot is None or boot.bootstrap_host == FAKE_BOOTSTRAP_HOST:
+        return None
+    return await rooms.claim(boot.bootstrap_host, boot.bootstrap_port, boot.bootstrap_room)
+
+
+class HalfEnd:
+    """How this decode half ended: "done", "cancelled", "invalid" (a 400, with its message) or,
+    for anything else, "failed"."""
+
+    def __init__(self, claim: Optional[RoomClaim]) -> None:
+        self.claim = claim
+        self.outcome = "failed"
+        self.message = ""
+
+    def release(self) -> None:
+        if self.claim is not None:
+            self.claim.release(self.outcome, self.message)
