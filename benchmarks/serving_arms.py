@@ -23,6 +23,8 @@ AGG_WORKER = (("agg", "null"),)
 WORKERS = {"agg": AGG_WORKER, "agg-chunked": AGG_WORKER, "agg-interval2": AGG_WORKER,
            "disagg": DISAGG_WORKERS, "disagg-decode": DISAGG_WORKERS}
 TOPOLOGY_ARGS = {
+    # The reference arm without chunked prefill (the CPU engine chunks by 512 by default).
+    "agg": ("--chunked-prefill-size", "-1"),
     # SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
     "agg-chunked": ("--chunked-prefill-size", "256", "--enable-mixed-chunk"),
     # SGLang's --stream-interval: a chunk every 2 tokens (the first at once), half the items.

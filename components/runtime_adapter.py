@@ -25,7 +25,7 @@ from dynamo.llm.exceptions import HttpError, InvalidArgument
 from dynamo.runtime import Context
 
 from components.backoff import Backoff
-from handlers.errors import PrefillUnavailable, RequestError
+from handlers.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def translate_errors(generate: Handler) -> Handler:
         except RequestError as exc:
             logger.info("request %s rejected: %s", _request_id(context), exc)
             raise InvalidArgument(str(exc)) from None
-        except PrefillUnavailable as exc:
+        except (PrefillUnavailable, EngineUnavailable) as exc:
             # The 1.6.1 frontend shows a 503 with its own words ("Internal server error", or
             # "Service temporarily unavailable" in a stream): the reason is logged here.
             logger.warning("request %s: %s", _request_id(context), exc)

@@ -24,7 +24,7 @@ POLL_S = 0.005
 
 
 def aborts_are_ordered(tokenizer_manager: Any) -> bool:
-    return getattr(tokenizer_manager.abort_request, "ordered", False)
+    return getattr(getattr(tokenizer_manager, "abort_request", None), "ordered", False)
 
 
 def order_aborts(tokenizer_manager: Any) -> None:

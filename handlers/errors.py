@@ -1,6 +1,6 @@
 """The handlers' error types. The worker component translates them at the runtime boundary:
-RequestError -> Dynamo's InvalidArgument (HTTP 400 with the message), PrefillUnavailable -> HTTP
-503, anything else -> 500.
+RequestError -> Dynamo's InvalidArgument (HTTP 400 with the message), PrefillUnavailable and
+EngineUnavailable -> HTTP 503, anything else -> 500.
 handlers/ never imports Dynamo."""
 
 
@@ -18,6 +18,11 @@ class RequestError(HandlerError):
 
 class EngineError(HandlerError):
     """The engine (or the prefill worker) failed the request; not the client's fault."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine turned the request away for now (SGLang's 503 aborts: its queue is full, a
+    decode retraction without a backup): HTTP 503, so a client or the frontend may retry."""
 
 
 class PrefillError(EngineError):

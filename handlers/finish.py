@@ -4,7 +4,7 @@ content_filter, cancelled), or an error when the engine aborted with a status.""
 import logging
 from typing import Any, Optional
 
-from handlers.errors import EngineError, RequestError
+from handlers.errors import EngineError, EngineUnavailable, RequestError
 from protocol.outputs import CompletionUsage, PromptTokensDetails
 
 logger = logging.getLogger(__name__)
@@ -15,7 +15,8 @@ _PASS_THROUGH = frozenset({"stop", "length", "content_filter"})
 def map_finish_reason(reason: Any) -> Optional[str]:
     """None while the request runs; SGLang's {"type": ..., ...} dict (or a bare string) at the
     end. An abort without a status is a cancellation; with status 400 it is the client's error
-    (RequestError, shown as a 400); any other status is an engine failure."""
+    (RequestError, shown as a 400), with 503 the engine is busy (EngineUnavailable, a 503); any
+    other status is an engine failure."""
     if reason is None:
         return None
     info = reason if isinstance(reason, dict) else {"type": reason}
@@ -29,6 +30,8 @@ def map_finish_reason(reason: Any) -> Optional[str]:
         message = str(info.get("message") or "request aborted by the engine")
         if int(status) == 400:
             raise RequestError(message)
+        if int(status) == 503:
+            raise EngineUnavailable(f"engine unavailable: {message}")
         raise EngineError(f"engine aborted the request (status {int(status)}): {message}")
     # The frontend answers an unknown reason with a 500 although the tokens were fine.
     logger.warning("unknown engine finish reason %r reported as stop", kind)

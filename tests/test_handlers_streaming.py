@@ -3,7 +3,7 @@
 import pytest
 
 from handlers.chat_stream import ChatStream
-from handlers.errors import EngineError, RequestError
+from handlers.errors import EngineError, EngineUnavailable, RequestError
 from handlers.finish import map_finish_reason
 from handlers.token_stream import TokenStream
 from tests.handler_fakes import ABORT, chunk
@@ -63,8 +63,15 @@ def test_abort_with_400_is_the_clients_error():
 
 
 def test_abort_with_other_status_is_an_engine_error():
-    with pytest.raises(EngineError, match=r"status 503\): overloaded"):
-        map_finish_reason({"type": "abort", "message": "overloaded", "status_code": 503})
+    with pytest.raises(EngineError, match=r"status 500\): overloaded"):
+        map_finish_reason({"type": "abort", "message": "overloaded", "status_code": 500})
+
+
+def test_sglangs_503_aborts_are_unavailable_not_failures():
+    """SGLang's own 503s (its queue is full, a retraction without backup) stay 503s."""
+    with pytest.raises(EngineUnavailable, match="The request queue is full"):
+        map_finish_reason({"type": "abort", "message": "The request queue is full.",
+                           "status_code": 503})
 
 
 def test_chat_chunks_role_once_per_choice_and_usage_chunk():

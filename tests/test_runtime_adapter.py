@@ -11,7 +11,7 @@ from dynamo.llm.exceptions import HttpError, InvalidArgument
 
 from components.backoff import Backoff
 from components.runtime_adapter import RuntimePrefillClient, translate_errors
-from handlers.errors import PrefillUnavailable, RequestError
+from handlers.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -226,6 +226,16 @@ async def test_an_unavailable_prefill_is_a_503_and_a_request_error_a_400():
     assert info.value.code == 503 and "did not respond within 5 s" in info.value.message
     with pytest.raises(InvalidArgument, match="temperature: must be >= 0"):
         _ = [x async for x in translate_errors(rejected)({}, None)]
+
+
+async def test_an_engine_that_turns_a_request_away_is_a_503():
+    async def busy(request, context=None):
+        raise EngineUnavailable("engine unavailable: The request queue is full.")
+        yield {}
+
+    with pytest.raises(HttpError) as info:
+        _ = [x async for x in translate_errors(busy)({}, None)]
+    assert info.value.code == 503
 
 
 async def test_a_request_the_prefill_engine_refused_is_the_clients_error():

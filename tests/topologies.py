@@ -93,6 +93,21 @@ SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-toke
                       "--max-running-requests", "32", "--constrained-json-max-whitespace-cnt", "1")
 
 
+def _sglang_disagg_args(orchestrator: str, extra: tuple[str, ...]) -> tuple[str, ...]:
+    return ("--disaggregation-transfer-backend", "nixl", "--disagg-orchestrator", orchestrator,
+            *extra)
+
+
+def start_sglang_prefill(stack: Stack, name: str, skip_tokenizer_init: bool, orchestrator: str,
+                         extra: tuple[str, ...] = ()) -> None:
+    """An SGLang prefill worker for `tiny-sglang` (a replacement too: its own bootstrap port)."""
+    stack.start_worker(name, "prefill", SGLANG, *SGLANG_ENGINE_ARGS,
+                       *_sglang_disagg_args(orchestrator, extra),
+                       "--endpoint", "dyn://dynamo.sglang_prefill.generate",
+                       "--disaggregation-bootstrap-port", str(free_port()),
+                       skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+
+
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                           disaggregated: bool = False,
                           orchestrator: str = DECODE_ORCHESTRATED, with_agg: bool = True,
@@ -105,12 +120,8 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
         stack.start_frontend()
         endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
         if disaggregated:
-            nixl = ("--disaggregation-transfer-backend", "nixl",
-                    "--disagg-orchestrator", orchestrator, *extra)
-            stack.start_worker("prefill", "prefill", SGLANG, *SGLANG_ENGINE_ARGS, *nixl,
-                               "--endpoint", "dyn://dynamo.sglang_prefill.generate",
-                               "--disaggregation-bootstrap-port", str(free_port()),
-                               skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+            nixl = _sglang_disagg_args(orchestrator, extra)
+            start_sglang_prefill(stack, "prefill", skip_tokenizer_init, orchestrator, extra)
             stack.start_worker("sglang", "decode", SGLANG, *SGLANG_ENGINE_ARGS, *nixl, *endpoint,
                                "--prefill-endpoint", "dyn://dynamo.sglang_prefill.generate",
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")

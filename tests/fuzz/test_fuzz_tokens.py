@@ -1,5 +1,6 @@
 """Request fuzz, Tokens mode (--skip-tokenizer-init), through the real frontend to an
-aggregated worker and to a decode worker with its prefill worker: malformed and extreme
+aggregated worker and to a decode worker with its prefill worker (in both orchestration
+styles: the decode worker calls its prefill, or the frontend sends both legs): malformed and extreme
 shapes get a 4xx with a message, random ones never a 5xx, and a concurrent well-formed stream
 ends exactly as it does alone."""
 
@@ -10,6 +11,7 @@ import pytest
 from harness.topology import Stack
 from tests.fuzz import runner
 from tests.fuzz.cases import EXTREME, TOKENS_CASES
+from tests.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIMEOUT_S)]
 
@@ -17,9 +19,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIME
 ENGINE_5XX: dict[str, str] = {}
 
 
-@pytest.fixture(scope="module")
-def stack(start_stack) -> Stack:
-    return start_stack("fuzz-tokens", skip_tokenizer_init=True)
+@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+                ids=["decode-orch", "frontend-orch"])
+def stack(start_stack, request) -> Stack:
+    stack = start_stack(f"fuzz-tokens-{request.param}", skip_tokenizer_init=True,
+                        orchestrator=request.param)
+    yield stack
+    stack.stop()  # before the other style's stack starts
 
 
 @pytest.fixture(scope="module")

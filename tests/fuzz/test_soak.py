@@ -1,7 +1,8 @@
-"""A short soak of the disaggregated topology (real frontend, prefill and decode workers, NIXL):
-concurrent streams with random client aborts while the prefill worker is killed and replaced
-and the decode worker is stopped and replaced. Afterwards both KV pools read 0, every request
-ended within its bound, and the last requests are served.
+"""A short soak of the disaggregated topology (real frontend, prefill and decode workers, NIXL),
+in both orchestration styles: concurrent streams with random client aborts while the prefill
+worker is killed and replaced and the decode worker is stopped and replaced. Afterwards both KV
+pools read 0, the prefill holds no request, every request ended within its bound, and the last
+requests are served.
 
 `make test` runs a fixed-seed sample of 40 s; `make fuzz` runs it for FUZZ_DURATION_S.
 """
@@ -18,7 +19,10 @@ import httpx
 import pytest
 
 from harness.topology import Stack, wait_until
-from tests.topologies import DISAGG, PREFILL_WAIT_S, start_decode, start_prefill
+from tests.topologies import (
+    DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED, PREFILL_WAIT_S, start_decode,
+    start_prefill,
+)
 
 # `make fuzz` sets FUZZ_DURATION_S for the random phases; the soak runs that long too.
 SECONDS = float(os.environ.get("FUZZ_DURATION_S") or 40)
@@ -79,16 +83,21 @@ def restart_workers(stack: Stack, rng: random.Random, until: float) -> None:
     """Kill and replace the prefill, then stop and replace the decode, at random moments."""
     time.sleep(rng.uniform(0.2, 0.35) * SECONDS)  # the restarts are the point of this test
     stack.procs.pop("prefill").stop(timeout=0.1)  # SIGTERM, then SIGKILL at once
-    start_prefill(stack, "prefill-b", skip_tokenizer_init=True)
+    start_prefill(stack, "prefill-b", skip_tokenizer_init=True, orchestrator=stack.style)
     time.sleep(rng.uniform(0.1, 0.2) * SECONDS)
     assert stack.procs.pop("decode").stop(timeout=60) == 0
-    start_decode(stack, "decode-b", skip_tokenizer_init=True)
+    start_decode(stack, "decode-b", skip_tokenizer_init=True, orchestrator=stack.style)
     stack.wait_ready(DISAGG)
 
 
-@pytest.fixture(scope="module")
-def stack(start_stack) -> Stack:
-    return start_stack("soak", skip_tokenizer_init=True, with_agg=False)
+@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+                ids=["decode-orch", "frontend-orch"])
+def stack(start_stack, request) -> Stack:
+    stack = start_stack(f"soak-{request.param}", skip_tokenizer_init=True, with_agg=False,
+                        orchestrator=request.param)
+    stack.style = request.param
+    yield stack
+    stack.stop()
 
 
 def test_soak_with_aborts_and_restarts(stack):
@@ -112,4 +121,6 @@ def test_soak_with_aborts_and_restarts(stack):
             "model": DISAGG, "messages": [{"role": "user", "content": "after"}], "max_tokens": 4})
         assert ok.status_code == 200, ok.text
     wait_until(lambda: stack.procs["decode-b"].kv_pages_in_use() == 0
-               and stack.procs["prefill-b"].kv_pages_in_use() == 0, 20, "both pools back to 0")
+               and stack.procs["prefill-b"].kv_pages_in_use() == 0
+               and stack.procs["prefill-b"].requests_in_flight() == 0, 20,
+               "both pools back to 0 and no request left in the prefill")

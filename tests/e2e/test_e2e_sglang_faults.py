@@ -1,0 +1,133 @@
+"""Faults on the real `sglang.Engine` (SGLang's CPU path), disaggregated over NIXL, in both
+orchestration styles: extreme but valid sampling values never fail, nor touch a concurrent
+greedy stream (it comes out exactly as alone); a hung prefill is answered within the bound; a
+killed prefill's clients are all answered within 30 s and a new prefill worker restores
+service; SIGTERM under traffic lets the streams finish and both workers exit 0.
+
+One stack per style for the module, Tokens mode; the tests run in this order and the later
+ones break the stack (the hung and killed prefill, then SIGTERM).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from harness.topology import wait_until
+from tests.e2e.client import post, stream, user
+from tests.topologies import (
+    DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_prefill,
+    start_sglang_topology,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
+
+PREFILL_WAIT_S = 5.0
+# A hung prefill: decode's --prefill-wait-timeout (503), or the frontend's request plane (504
+# over TCP, after about 5 s).
+HUNG_STATUS = {DECODE_ORCHESTRATED: 503, FRONTEND_ORCHESTRATED: 504}
+ANSWERED_BOUND_S = 30.0
+WITNESS = {"model": SGLANG, "messages": user("count with me: 1 2 3"), "max_tokens": 24,
+           "temperature": 0.0, "ignore_eos": True, "stream": True}
+EXTREME = [{"temperature": 3e38}, {"temperature": 1.1e-6},
+           {"repetition_penalty": 1e-20, "temperature": 1.0},
+           {"frequency_penalty": 2, "presence_penalty": -2, "temperature": 1.0},
+           {"top_k": 1 << 30, "top_p": 1e-30, "min_p": 1}, {"seed": -(1 << 63), "temperature": 1},
+           {"logprobs": True, "top_logprobs": 20, "temperature": 3e38}, {"max_tokens": 1},
+           {"stop": [f"{i}" * 40 for i in range(32)]}]
+
+
+@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+                ids=["decode-orch", "frontend-orch"])
+def stack(tmp_path_factory, tiny_model_path, request):
+    extra = ("--prefill-wait-timeout", str(PREFILL_WAIT_S))
+    stack = start_sglang_topology(tmp_path_factory.mktemp(f"sglang-faults-{request.param}"),
+                                  tiny_model_path, True, disaggregated=True,
+                                  orchestrator=request.param, with_agg=False, extra=extra)
+    stack.style, stack.extra = request.param, extra
+    yield stack
+    stack.stop()
+
+
+def chat_status(url: str, body: dict) -> tuple[int, float]:
+    with httpx.Client(timeout=120) as client:
+        t0 = time.monotonic()
+        r = post(client, url, "chat/completions", body)
+        return r.status_code, time.monotonic() - t0
+
+
+def test_extreme_sampling_leaves_a_concurrent_stream_exactly_as_alone(stack):
+    with httpx.Client(timeout=120) as http:
+        alone = stream(http, stack.url, "chat/completions", WITNESS)
+    assert alone.error is None and alone.done
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        extreme = [pool.submit(chat_status, stack.url,
+                               {"model": SGLANG, "messages": user("hi"), "max_tokens": 8, **x})
+                   for x in EXTREME]
+        with httpx.Client(timeout=120) as http:
+            beside = [stream(http, stack.url, "chat/completions", WITNESS) for _ in range(2)]
+        statuses = [f.result()[0] for f in extreme]
+    assert all(s < 500 for s in statuses), list(zip(statuses, EXTREME))
+    for got in beside:  # (a radix-cache hit may change cached_tokens, nothing else)
+        assert (got.error, got.text, got.usage["completion_tokens"]) == (
+            None, alone.text, alone.usage["completion_tokens"])
+
+
+def test_hung_then_killed_prefill_answers_every_client_and_a_new_one_restores_service(stack):
+    assert chat_status(stack.url, {"model": SGLANG, "messages": user("hi"),
+                                   "max_tokens": 4})[0] == 200
+    prefill = stack.procs.pop("prefill")
+    prefill.signal_group(signal.SIGSTOP)
+    status, elapsed = chat_status(stack.url, {"model": SGLANG, "messages": user("hello"),
+                                              "max_tokens": 4})
+    assert status == HUNG_STATUS[stack.style] and elapsed < PREFILL_WAIT_S + 10, (status, elapsed)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        waiting = [pool.submit(chat_status, stack.url, {"model": SGLANG, "messages": user(
+            f"waiting {i}"), "max_tokens": 4}) for i in range(4)]
+        wait_until(lambda: any(f.running() for f in waiting), 10, "the clients to be waiting")
+        killed = time.monotonic()
+        prefill.signal_group(signal.SIGKILL)
+        done, _ = concurrent.futures.wait(waiting, ANSWERED_BOUND_S)
+        assert len(done) == 4, "a client was not answered within the bound"
+    assert time.monotonic() - killed < ANSWERED_BOUND_S
+    assert all(f.result()[0] >= 500 for f in waiting)
+    wait_until(lambda: stack.procs["sglang"].requests_in_flight() == 0, 15,
+               "the decode's request table to empty")
+
+    prefill.popen.wait(10)
+    start_sglang_prefill(stack, "prefill2", True, stack.style, stack.extra)
+    wait_until(lambda: chat_status(stack.url, {"model": SGLANG, "messages": user("back?"),
+                                               "max_tokens": 4})[0] == 200,
+               180, "a request served through the new prefill worker", interval=1.0)
+    stack.procs["prefill"] = stack.procs.pop("prefill2")
+
+
+def test_sigterm_under_traffic_lets_the_streams_finish_and_both_workers_exit_zero(stack):
+    results: list = []
+
+    def one() -> None:
+        with httpx.Client(timeout=120) as http:
+            results.append(stream(http, stack.url, "chat/completions",
+                                  {**WITNESS, "max_tokens": 200}))
+
+    clients = [threading.Thread(target=one) for _ in range(3)]
+    for c in clients:
+        c.start()
+    wait_until(lambda: stack.procs["sglang"].requests_in_flight() >= 3, 60,
+               "three streams in flight")
+    codes = {}
+    for name in ("sglang", "prefill"):  # the worker process alone, as Kubernetes signals PID 1
+        stack.procs[name].popen.send_signal(signal.SIGTERM)
+    for c in clients:
+        c.join(120)
+    for name in ("sglang", "prefill"):
+        codes[name] = stack.procs[name].reap(60)
+    assert [(r.error, (r.usage or {}).get("completion_tokens")) for r in results] == [
+        (None, 200)] * 3, results
+    assert codes == {"sglang": 0, "prefill": 0}
