@@ -48,8 +48,12 @@ def test_same_chunk_keys(runs, case):
 def test_streamed_ids_and_text_are_incremental_counts_cumulative(runs):
     for engine in ("cpu", "sglang"):
         got = runs[engine]["stream"]
-        assert got["ids_per_chunk"] == [1] * 6, engine
-        assert got["completion_tokens"] == list(range(1, 7)), engine
+        # One token a chunk, or several where a slow reader let chunks queue up: both engines
+        # read a backlog as one chunk (SGLang's TokenizerManager coalesces it too).
+        per_chunk = got["ids_per_chunk"]
+        assert sum(per_chunk) == 6 and min(per_chunk) >= 1, (engine, per_chunk)
+        running = [sum(per_chunk[:i + 1]) for i in range(len(per_chunk))]
+        assert got["completion_tokens"] == running, engine
     assert runs["cpu"]["stream"]["ids"] == runs["sglang"]["stream"]["ids"]  # greedy, same model
     assert runs["cpu"]["whole"]["ids"] == runs["sglang"]["stream"]["ids"]
     if runs["mode"] == "text":
@@ -62,7 +66,8 @@ def test_streamed_ids_and_text_are_incremental_counts_cumulative(runs):
 def test_finish_reason_is_none_until_the_last_chunk(runs):
     for engine in ("cpu", "sglang"):
         reasons = runs[engine]["stream"]["finish_reasons"]
-        assert reasons[:-1] == [None] * 5 and reasons[-1] == {"type": "length", "length": 6}
+        assert reasons[:-1] == [None] * (len(reasons) - 1), engine  # a backlog: fewer chunks
+        assert reasons[-1] == {"type": "length", "length": 6}, engine
 
 
 def test_abort_after_the_first_chunk_ends_with_an_abort_without_status(runs):

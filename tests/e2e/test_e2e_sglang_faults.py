@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
 PREFILL_WAIT_S = 5.0
 # A hung prefill: decode's --prefill-wait-timeout (503), or the frontend's request plane (504
-# over TCP, after about 5 s).
-HUNG_STATUS = {DECODE_ORCHESTRATED: 503, FRONTEND_ORCHESTRATED: 504}
+# over TCP after about 5 s; seen as a 503 too under load in CI).
+HUNG_STATUS = {DECODE_ORCHESTRATED: {503}, FRONTEND_ORCHESTRATED: {503, 504}}
 ANSWERED_BOUND_S = 30.0
 WITNESS = {"model": SGLANG, "messages": user("count with me: 1 2 3"), "max_tokens": 24,
            "temperature": 0.0, "ignore_eos": True, "stream": True}
@@ -81,11 +81,11 @@ def test_extreme_sampling_leaves_a_concurrent_stream_exactly_as_alone(stack):
 def test_hung_then_killed_prefill_answers_every_client_and_a_new_one_restores_service(stack):
     assert chat_status(stack.url, {"model": SGLANG, "messages": user("hi"),
                                    "max_tokens": 4})[0] == 200
-    prefill = stack.procs.pop("prefill")
+    prefill = stack.procs["prefill"]  # stays listed: a failure here still stops it at teardown
     prefill.signal_group(signal.SIGSTOP)
     status, elapsed = chat_status(stack.url, {"model": SGLANG, "messages": user("hello"),
                                               "max_tokens": 4})
-    assert status == HUNG_STATUS[stack.style] and elapsed < PREFILL_WAIT_S + 10, (status, elapsed)
+    assert status in HUNG_STATUS[stack.style] and elapsed < PREFILL_WAIT_S + 10, (status, elapsed)
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         waiting = [pool.submit(chat_status, stack.url, {"model": SGLANG, "messages": user(
@@ -101,6 +101,7 @@ def test_hung_then_killed_prefill_answers_every_client_and_a_new_one_restores_se
                "the decode's request table to empty")
 
     prefill.popen.wait(10)
+    del stack.procs["prefill"]
     start_sglang_prefill(stack, "prefill2", True, stack.style, stack.extra)
     wait_until(lambda: chat_status(stack.url, {"model": SGLANG, "messages": user("back?"),
                                                "max_tokens": 4})[0] == 200,
