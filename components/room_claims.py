@@ -23,9 +23,8 @@ CONNECT_TIMEOUT_S = 2.0
 
 
 class _Link:
-    def __init__(self, address: Address, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, ping_s: float) -> None:
-        self.address = address
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 ping_s: float) -> None:
         self.rooms: set[int] = set()
         self._writer = writer
         self._wake = asyncio.Event()
@@ -116,13 +115,13 @@ class RoomClaims:
     async def _connect(self, address: Address) -> Optional[_Link]:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(*address),
-                                               CONNECT_TIMEOUT_S)
+                                                    CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             logger.warning("room watch at %s:%d unreachable (%s); its requests go unclaimed",
                            address[0], address[1], exc)
             return None
-        link = self._links[address] = _Link(address, reader, writer, self._ping_s)
-        return link
+        self._links[address] = _Link(reader, writer, self._ping_s)
+        return self._links[address]
 
     async def close(self) -> None:
         for link in self._links.values():
