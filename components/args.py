@@ -78,6 +78,8 @@ class WorkerConfig:
     engine_args: Any
     # SGLang's --kv-events-config (JSON); components/kv_publishing.py reads it.
     kv_events_config: str | None = None
+    # After SIGTERM and the grace period: seconds in-flight requests get before they are ended.
+    drain_timeout: float = 30.0
 
 
 def parse_endpoint(value: str, flag: str) -> str:
@@ -93,6 +95,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _drain_timeout(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in [0, 3600] seconds, got {text}")
     return value
 
 
@@ -132,9 +141,13 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                         "cannot orchestrate): only decode registers, and it calls the prefill "
                         "endpoint itself. Both legs must agree (env DYN_DISAGG_ORCHESTRATOR)")
     g.add_argument("--room-claim-timeout", type=float, default=DynamoArgs.room_claim_timeout,
-                   help="frontend-orchestrated prefill: seconds a request's room may go "
-                        "unclaimed by its decode worker before the prefill stops it (its decode "
-                        "died before claiming it); 0: wait for the engine's bootstrap timeout")
+                   help="prefill: seconds a leg's room may go unclaimed by its decode half "
+                        "before the prefill stops it (the decode died or gave up before "
+                        "claiming it); 0: wait for the engine's bootstrap timeout")
+    g.add_argument("--drain-timeout", type=_drain_timeout, default=WorkerConfig.drain_timeout,
+                   help="seconds in-flight requests get to finish after SIGTERM and the grace "
+                        "period (DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS, 5 s), as Dynamo "
+                        "drains; then they are ended with a 503 and the worker exits")
     g.add_argument("--debug-routes", action="store_true",
                    default=os.environ.get("DYN_DEBUG_ROUTES", "") == "1",
                    help="serve /engine/kv_pages (KV pool occupancy) on DYN_SYSTEM_PORT")
@@ -233,4 +246,5 @@ def parse_args(argv: list[str]) -> WorkerConfig:
         skip_tokenizer_init=bool(ns.skip_tokenizer_init), host=ns.host,
         bootstrap_port=int(ns.disaggregation_bootstrap_port), log_level=ns.log_level,
         engine_args=engine_args, kv_events_config=getattr(ns, "kv_events_config", None),
+        drain_timeout=ns.drain_timeout,
     )

@@ -3,7 +3,9 @@ so an upgrade has one file to check. Dynamo's and NIXL's public APIs suffice; SG
 do not:
 
 - ``Engine._scheduler_init_result`` (the scheduler's resolved pool size),
-  ``tokenizer_manager.rid_to_state`` (requests still tracked), and argparse's private
+  ``tokenizer_manager.rid_to_state`` (requests still tracked), ``_handle_abort_req`` (ending a
+  request as a scheduler abort does), ``load_snapshot_reader`` (the scheduler's own request
+  counts, shared by every tokenizer process), and argparse's private
   ``_actions`` / ``_add_action`` to file ``ServerArgs``' flags under their own help group.
 """
 
@@ -30,3 +32,24 @@ def sglang_requests_in_flight(engine: Any) -> int | None:
         return own()
     states = getattr(engine.tokenizer_manager, "rid_to_state", None)
     return None if states is None else len(states)
+
+
+def sglang_scheduler_requests(engine: Any) -> int | None:
+    """Requests SGLang's schedulers hold, running or waiting, whichever process sent them (the
+    load snapshot each scheduler publishes, also when it turns idle); None where unreadable."""
+    reader = getattr(engine.tokenizer_manager, "load_snapshot_reader", None)
+    read_all = getattr(reader, "read_all", None)
+    if not callable(read_all):
+        return None
+    loads = read_all()
+    if not loads:
+        return None
+    return sum(int(load.num_running_reqs) + int(load.num_waiting_reqs) for load in loads)
+
+
+def sglang_end_request(manager: Any, rid: str, reason: dict[str, Any]) -> None:
+    """End one tracked request as SGLang's tokenizer ends one its scheduler aborted."""
+    from sglang.srt.managers.io_struct import AbortReq
+
+    manager._handle_abort_req(AbortReq(rid=rid, finished_reason=reason,
+                                       abort_message=reason["message"]))

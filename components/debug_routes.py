@@ -1,10 +1,12 @@
 """Operational read-outs on Dynamo's system status server (`DYN_SYSTEM_PORT`).
 
 `GET /engine/kv_pages` -> `{"pages_in_use": n}`: the engine's KV pool occupancy (CPU engine).
-`GET /engine/requests` -> `{"in_flight": n}`: requests SGLang's TokenizerManager still tracks
-(`rid_to_state`; an entry leaves once the scheduler reports the request finished or aborted;
-null for the CPU engine, which keeps no such table). The end-to-end tests use them to check that
-aborted and finished requests free everything they held.
+`GET /engine/requests` -> `{"in_flight": n, "rids": [...], "scheduler": n}`: requests SGLang's
+TokenizerManager still tracks (`rid_to_state`, and its first 64 rids; an entry leaves once the
+scheduler reports the request finished or aborted), and requests SGLang's schedulers hold for
+every tokenizer process of the engine (`--tokenizer-worker-num`); null for the CPU engine, whose
+`in_flight` is its live request count. The end-to-end tests use them to check that aborted and
+finished requests free everything they held.
 `GET /engine/prefix_cache` -> `{"cached_pages": n, "hit_tokens": n}`: pages the CPU engine's prefix
 cache holds and prompt tokens it has served from it since start (null for SGLang); the KV-routing
 test reads it to tell which worker served a request. Enabled by
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from components.compat import sglang_requests_in_flight
+from components.compat import sglang_requests_in_flight, sglang_scheduler_requests
 
 
 def register_debug_routes(runtime: Any, engine: Any) -> None:
@@ -28,7 +30,11 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
         return {"pages_in_use": await asyncio.to_thread(pages) if callable(pages) else None}
 
     async def requests(_body: dict) -> dict:
-        return {"in_flight": sglang_requests_in_flight(engine)}
+        states = getattr(engine.tokenizer_manager, "rid_to_state", None)
+        # SGLang: which rids, so a request left behind can be found in the worker's log.
+        rids = sorted(states)[:64] if isinstance(states, dict) else None
+        return {"in_flight": sglang_requests_in_flight(engine), "rids": rids,
+                "scheduler": sglang_scheduler_requests(engine)}
 
     async def prefix_cache(_body: dict) -> dict:
         cached, hits = (getattr(engine, name, None) for name in ("kv_pages_cached",

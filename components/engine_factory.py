@@ -76,6 +76,25 @@ def attach_engine(kind: str, parent_pid: int) -> Any:
     return CpuEngine.attach_tokenizer_worker(parent_pid)
 
 
+def abort_process_requests(kind: str, engine: Any, prefix: str) -> None:
+    """An attached process (`--tokenizer-worker-num`) is gone: abort what it asked for. The CPU
+    engine does so itself when the process's connection drops."""
+    if kind == "sglang":
+        from components.sglang_engine import abort_process_requests as abort_sglang
+
+        abort_sglang(engine, prefix)
+
+
+def end_orphaned_requests(kind: str, engine: Any, message: str) -> int:
+    """An attached process whose engine process is gone: end the requests it holds. The CPU
+    engine's attachment ends them itself when its connection drops."""
+    if kind == "sglang":
+        from components.sglang_engine import end_orphaned_requests as end_sglang
+
+        return end_sglang(engine, message)
+    return 0
+
+
 def engine_limits(kind: str, engine: Any) -> EngineLimits:
     if kind == "sglang":
         from components.sglang_engine import sglang_limits

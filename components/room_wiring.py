@@ -1,10 +1,13 @@
 """The room watch in the worker process (docs/architecture.md, "The room watch"): the prefill
-worker's server and its `room_watch` endpoint, the decode worker's claims. Frontend-orchestrated
-only: decode-orchestrated, the decode holds the prefill's own stream and stops it itself.
+worker's server and its `room_watch` endpoint, the decode worker's claims. Both styles:
+decode-orchestrated, the decode also stops the prefill's stream itself, but Dynamo 1.6.1's
+runtime loses that stop when the decode gives up while the prefill's response stream is still
+connecting (the decode logs "Subject not found"), and the prefill then held its KV until its
+engine's bootstrap timeout.
 
-With --tokenizer-worker-num the engine's own process watches; prefill legs that land in an
-attached process are not watched (frontend orchestration is Tokens mode, where attached
-processes gain nothing on a prefill worker).
+With --tokenizer-worker-num every decode process claims; on a prefill worker the engine's own
+process watches, and legs that land in an attached process are not watched (attached processes
+gain nothing on a prefill worker, whose requests come tokenized).
 """
 
 from __future__ import annotations
@@ -24,8 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 def _watched(config: WorkerConfig, mode: WorkerMode) -> bool:
-    return (config.mode is mode and config.dynamo.frontend_orchestrated
-            and engine_pid() is None)
+    return config.mode is mode and (mode is WorkerMode.DECODE or engine_pid() is None)
 
 
 async def start_room_watch(runtime: Any, config: WorkerConfig,

@@ -16,7 +16,7 @@ from sglang.srt.arg_groups.model_override_base import resolved_view
 from sglang.srt.server_args import ServerArgs
 
 from components.sglang_aborts import aborts_are_ordered, order_aborts
-from components.compat import adopt_flags, sglang_scheduler_info
+from components.compat import adopt_flags, sglang_end_request, sglang_scheduler_info
 from components.engine_limits import EngineLimits, sglang_on_cpu
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST  # SGLang's own value: no KV moves
 
@@ -103,6 +103,24 @@ def attach_engine(parent_pid: int) -> Any:
     engine = sgl.Engine.attach_tokenizer_worker(parent_pid)
     order_aborts(engine.tokenizer_manager)
     return engine
+
+
+def abort_process_requests(engine: Any, prefix: str) -> None:
+    """Abort every request whose rid starts with `prefix` (one attached process's, gone): in
+    multi-tokenizer mode SGLang sends an abort of a rid it does not hold to its scheduler, which
+    matches rids by prefix in every queue."""
+    engine.tokenizer_manager.abort_request(rid=prefix)
+
+
+def end_orphaned_requests(engine: Any, message: str) -> int:
+    """An attached process whose engine process died: end each request it holds as SGLang ends
+    one its scheduler aborted (a 503 abort), since no output will ever come for them."""
+    manager = engine.tokenizer_manager
+    rids = list(manager.rid_to_state)
+    for rid in rids:
+        sglang_end_request(manager, rid, {"type": "abort", "message": message,
+                                          "status_code": 503})
+    return len(rids)
 
 
 def resolved_server_args(engine: Any) -> Any:

@@ -5,8 +5,9 @@ NIXL) and serves the Dynamo endpoint as worker 0; it starts N - 1 more processes
 command line, each of which attaches to that engine (``Engine.attach_tokenizer_worker``, SGLang's
 or the CPU engine's) and serves the same endpoint with its own request handling, chat templating,
 tokenization and detokenization, so that per-request Python work is spread over N processes.
-Attached processes get SIGTERM when the engine process exits (Linux's parent-death signal), and
-the engine process aborts the requests of one that exits. Each serves its own system port when
+Attached processes watch the engine process: when it exits they end the requests they hold at
+once and stop (Linux's parent-death SIGTERM starts that too); the engine process aborts the requests of one that
+exits (each process prefixes its rids with its pid: handlers/live.py). Each serves its own system port when
 the engine process has one (a free port; Dynamo's model card is served from it).
 """
 
@@ -16,9 +17,10 @@ import ctypes
 import logging
 import os
 import signal
+import asyncio
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from components.hosts import free_system_port
@@ -40,6 +42,20 @@ def engine_pid() -> int | None:
     """The engine process this one attaches to, or None when it owns its engine."""
     value = os.environ.get(ENGINE_PID_ENV)
     return int(value) if value else None
+
+
+def watch_exit(loop: asyncio.AbstractEventLoop, pid: int, on_exit: Callable[[], None]) -> None:
+    """Call `on_exit()` on the loop as soon as process `pid` has exited (its pidfd becomes
+    readable then: no polling). Linux's parent-death signal is no such proof: it comes when the
+    thread that started this process exits, and a killed process's threads exit one by one."""
+    fd = os.pidfd_open(pid)
+
+    def exited() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        on_exit()
+
+    loop.add_reader(fd, exited)
 
 
 def exit_with_engine() -> None:
@@ -70,6 +86,17 @@ class TokenizerWorkers:
         logger.info("started %d tokenizer worker processes: %s", len(procs),
                     [p.pid for p in procs])
         return cls(procs)
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[int], None]) -> None:
+        """Call `on_exit(pid)` on the loop as soon as an attached process exits."""
+        for proc in self.procs:
+            watch_exit(loop, proc.pid, lambda proc=proc: self._exited(proc, on_exit))
+
+    @staticmethod
+    def _exited(proc: subprocess.Popen, on_exit: Callable[[int], None]) -> None:
+        code = proc.poll()
+        (logger.warning if code else logger.info)("tokenizer worker %d exited (%s)", proc.pid, code)
+        on_exit(proc.pid)
 
     def exited(self) -> list[tuple[int, int]]:
         """(pid, returncode) of the processes that have exited."""

@@ -1,9 +1,11 @@
 """The worker process: parse -> runtime -> engine -> handler -> serve (+ register).
 
 `python -m components ...` runs one worker in one of three roles, picked by SGLang's
-`--disaggregation-mode`: agg (`null`), prefill or decode. On SIGTERM/SIGINT (owned by the worker
-even after SGLang tries to install its own handler) it unregisters, lets in-flight requests finish (the endpoint is served with graceful_shutdown), shuts the
-engine down and exits 0. Startup failures (bad flags, model load, registration) exit non-zero.
+`--disaggregation-mode`: agg (`null`), prefill or decode. SIGTERM/SIGINT (owned by the worker
+from its first line, even after SGLang tries to install its own handler) stop it as Dynamo's
+workers stop: unregister, a grace period, a bounded drain, engine shutdown, exit 0
+(components/shutdown.py); during startup they stop it at once, also exit 0. Startup failures
+(bad flags, model load, registration) exit non-zero.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dynamo.runtime import DistributedRuntime
 
 from components.args import WorkerConfig, WorkerMode, parse_args
 from components.debug_routes import register_debug_routes
-from components.engine_factory import attach_engine, build_engine, engine_limits
+from components.engine_factory import abort_process_requests, end_orphaned_requests, engine_limits
 from components.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.hosts import is_wildcard
 from components.kv_publishing import KvPublishing, kv_events_enabled
@@ -27,9 +29,15 @@ from components.loop_lag import LoopLagMonitor
 from components.metrics import WorkerMetrics
 from components.register import register_served_model, role_for, unregister_served_model
 from components.room_wiring import room_claims, start_room_watch
-from components.runtime_adapter import RuntimePrefillClient, translate_errors
+from components.runtime_adapter import translate_errors
+from components.shutdown import (
+    DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, grace_period_s, interrupt_startup,
+    settle,
+)
 from components.signal_guard import SignalGuard
-from components.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine, worker_count
+from components.startup import connect_prefill, start_engine, warmup_prefill
+from components.tokenizer_workers import engine_pid, watch_exit
+from handlers.live import LiveRequests, rid_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -50,32 +58,6 @@ def bind_runtime_to_host(host: str) -> None:
         os.environ.setdefault("DYN_TCP_RESPONSE_STREAM_HOST", host)
 
 
-async def connect_prefill(runtime: Any, config: WorkerConfig) -> RuntimePrefillClient:
-    """Decode only: a client for the prefill endpoint, once an instance is listed (bounded)."""
-    client = await runtime.endpoint(config.dynamo.prefill_endpoint).client()
-    prefill = RuntimePrefillClient(client)
-    timeout = config.dynamo.prefill_instance_timeout
-    logger.info("waiting up to %.0fs for a prefill instance on %s",
-                timeout, config.dynamo.prefill_endpoint)
-    try:
-        ids = await prefill.wait_for_instance(timeout)
-    except asyncio.TimeoutError:
-        raise SystemExit(f"no prefill worker appeared on {config.dynamo.prefill_endpoint} "
-                         f"within {timeout:.0f}s") from None
-    logger.info("prefill instances: %s", [f"{i:x}" for i in ids])
-    return prefill
-
-
-async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
-    """SGLang prefill engines take one request through the prefill path before serving, as
-    Dynamo's do; the CPU engine has nothing to compile or allocate lazily."""
-    if config.engine_kind != "sglang":
-        return
-    from components.sglang_engine import warmup_prefill as sglang_warmup
-
-    await sglang_warmup(engine, int(engine.server_args.disaggregation_bootstrap_port))
-
-
 def publishes_kv_events(config: WorkerConfig) -> bool:
     """Aggregated workers with --kv-events-config: decode engines keep no prefix cache and
     prefill workers register no model (components/kv_publishing.py)."""
@@ -89,14 +71,18 @@ def publishes_kv_events(config: WorkerConfig) -> bool:
 
 class Worker:
     def __init__(self, config: WorkerConfig, runtime: Any, engine: Any,
-                 metrics: WorkerMetrics | None = None) -> None:
+                 metrics: WorkerMetrics | None = None, live: LiveRequests | None = None) -> None:
         self.config = config
         self.runtime = runtime
         self.engine = engine
         self.metrics = metrics or WorkerMetrics(engine)
+        # The handler's requests, ended when the drain time runs out.
+        self.live = live if live is not None else LiveRequests()
         self.endpoint = runtime.endpoint(config.dynamo.endpoint)
         self.registered = False
+        self.serving: asyncio.Future[Any] | None = None
         self._stopping = False
+        self._orphaned = asyncio.Event()
         self.kv_publishing = KvPublishing()
 
     def expose_metrics(self) -> None:
@@ -111,7 +97,7 @@ class Worker:
     async def serve(self, handler: Any) -> None:
         """Serve the endpoint and register the model concurrently (every role but a
         decode-orchestrated prefill, which serves a private endpoint)."""
-        serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
+        serving = self.serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
             translate_errors(self.metrics.instrument(
                 handler.generate, streams_tokens=self.config.mode is not WorkerMode.PREFILL)),
             graceful_shutdown=True,
@@ -133,14 +119,27 @@ class Worker:
             logger.info("worker ready: %s serving %s", self.config.mode.value,
                         self.config.dynamo.endpoint)
             await serving
+        except asyncio.CancelledError:
+            if not (self._stopping and serving.cancelled()):  # not the drain giving up
+                self.runtime.shutdown()
+                raise
         except BaseException:
             # A failed registration must not leave a half-served endpoint behind.
             self.runtime.shutdown()
             raise
 
+    def orphan(self) -> None:
+        """This attached process's engine process exited: no output will come for the requests
+        it holds, so end them now (a 503) rather than at the drain's end."""
+        count = end_orphaned_requests(self.config.engine_kind, self.engine,
+                                      "the engine process exited")
+        logger.error("the engine process exited: ended %d request(s)", count)
+        self._orphaned.set()
+
     async def stop(self) -> None:
-        """Signal path: leave discovery first so no new requests arrive, then let the
-        runtime drain in-flight ones (serve_endpoint returns when they are done)."""
+        """Signal path, as Dynamo's workers stop: leave discovery first, serve on through the
+        grace period (cut short if the engine is gone), then stop taking requests and drain
+        those in flight (bounded)."""
         if self._stopping:
             return
         self._stopping = True
@@ -153,22 +152,22 @@ class Worker:
                 await self.endpoint.unregister_endpoint_instance()
             except Exception as exc:  # runtime errors are bare Exceptions; shutdown goes on
                 logger.warning("unregistering the endpoint instance failed: %s", exc)
+        grace = grace_period_s()
+        if grace > 0 and self.serving is not None and not self._orphaned.is_set():
+            logger.info("serving on for the %.1f s grace period", grace)
+            try:
+                await asyncio.wait_for(self._orphaned.wait(), grace)
+            except asyncio.TimeoutError:
+                pass
         self.runtime.shutdown()
-
-
-def start_engine(config: WorkerConfig, argv: list[str]) -> tuple[Any, TokenizerWorkers | None]:
-    """The engine, or an attachment to the engine process's; with --tokenizer-worker-num N > 1
-    the engine process also starts the N - 1 attached ones (`components.tokenizer_workers`)."""
-    parent = engine_pid()
-    if parent is not None:
-        exit_with_engine()
-        return attach_engine(config.engine_kind, parent), None
-    engine = build_engine(config.engine_kind, config.engine_args)
-    count = worker_count(config.engine_kind, config.engine_args)
-    return engine, (TokenizerWorkers.start(count, argv) if count > 1 else None)
+        if self.serving is not None:
+            await drain(self.serving, self.live, self.config.drain_timeout)
+        if self.config.mode is WorkerMode.PREFILL and not self._orphaned.is_set():
+            await settle(self.live)
 
 
 async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> None:
+    interrupt_startup()
     bind_runtime_to_host(config.host)
     loop = asyncio.get_running_loop()
     runtime = DistributedRuntime(loop, config.dynamo.discovery_backend,
@@ -179,6 +178,13 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
     logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
                 config.served_model_name)
     engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
+    signals = StopSignals(asyncio.current_task(), workers)
+    SignalGuard(loop).take(signals)
+    if workers is not None:
+        workers.watch(loop, lambda pid: abort_process_requests(
+            config.engine_kind, engine, rid_prefix(pid)))
+    if engine_pid() is not None:
+        watch_exit(loop, engine_pid(), signals.engine_exited)
     handler = worker = lag = rooms = None
     try:
         prefill = None
@@ -194,12 +200,17 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
         handler = build_handler(config, engine, prefill, metrics, rooms)
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, engine)
-        worker = Worker(config, runtime, engine, metrics)
+        worker = Worker(config, runtime, engine, metrics, handler.live)
         worker.expose_metrics()
-        SignalGuard(loop).take(lambda: _stop_all(worker, workers))
         if config.mode is WorkerMode.PREFILL:
             await warmup_prefill(config, engine)
+        signals.worker = worker
         await worker.serve(handler)
+    except asyncio.CancelledError:
+        if not signals.interrupted:
+            raise
+        logger.info("stopped during startup: nothing was served")
+        runtime.shutdown()
     finally:
         if lag is not None:
             await lag.stop()
@@ -210,22 +221,19 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
         if rooms is not None:
             await rooms.close()
         if workers is not None:  # they drain on this process's engine: stop them first
-            await asyncio.to_thread(workers.stop)
+            await asyncio.to_thread(workers.stop, config.drain_timeout + DRAIN_MARGIN_S)
         engine.shutdown()
         logger.info("worker stopped")
-
-
-def _stop_all(worker: Worker, workers: TokenizerWorkers | None) -> None:
-    if workers is not None:
-        workers.terminate()
-    asyncio.ensure_future(worker.stop())
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config = parse_args(argv)
     configure_logging(config.log_level)
-    asyncio.run(run_worker(config, argv))
+    try:
+        asyncio.run(run_worker(config, argv))
+    except StartupInterrupted as exc:
+        logger.info("%s while the engine was starting: stopped, nothing was served", exc)
     # Everything is drained and shut down. Skip interpreter finalization: Dynamo's runtime
     # threads (health-check canaries) can still be entering Python, and finalization then
     # aborts the process ("FATAL: exception not rethrown", SIGABRT) instead of exiting 0.

@@ -6,6 +6,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, Optional, Protocol
 
+from handlers.live import LiveRequests
+
 logger = logging.getLogger(__name__)
 
 
@@ -91,6 +93,7 @@ class BaseHandler:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.live = LiveRequests()  # its engine requests in flight (a stopping worker ends them)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:

@@ -19,8 +19,9 @@ from handlers.base import BaseHandler, Context, Engine, PrefillClient, RoomClaim
 from handlers.chat_stream import ChatStream
 from handlers.errors import EngineError, RequestError
 from handlers.frontend_disagg import check_one_choice, request_bootstrap
-from handlers.half_end import HalfEnd, claim_room
+from handlers.half_end import HalfEnd, claim_boot, claim_room
 from handlers.guard import END, RequestGuard, Stopped, aclose, next_item
+from handlers.live import new_rid
 from handlers.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
@@ -80,10 +81,10 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
-        # Frontend-orchestrated: claims each request's room at its prefill, so the prefill
-        # stops as soon as this half ends early (docs/architecture.md, "The room watch").
-        self.rooms = rooms if config.disaggregated and not self._decode_orchestrated(config) \
-            else None
+        # Claims each request's room at its prefill, so the prefill stops as soon as this half
+        # ends early (docs/architecture.md, "The room watch"): as the request arrives when the
+        # frontend orchestrates, once the prefill names the room when decode does.
+        self.rooms = rooms if config.disaggregated else None
         self._handoff: Optional[PrefillHandoff] = None  # decode-orchestrated only
         if self._decode_orchestrated(config):
             self._handoff = PrefillHandoff(prefill_client, self.spawn,
@@ -97,10 +98,10 @@ class DecodeHandler(BaseHandler):
         end = HalfEnd(await claim_room(self.rooms, request))
         try:
             job = await self._prepare(request, context)
-            guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
+            guard = RequestGuard(self.engine, new_rid(), context, self.live)
             guard.start()
             try:
-                async for out in self._run(job, guard, context):
+                async for out in self._run(job, guard, context, end):
                     yield out
             except Stopped:
                 logger.info("request %s cancelled by the client", guard.rid)
@@ -197,12 +198,13 @@ class DecodeHandler(BaseHandler):
     # --- running: engine stream, prefill hand-off ----------------------------------------
 
     async def _run(
-        self, job: _Job, guard: RequestGuard, context: Optional[Context]
+        self, job: _Job, guard: RequestGuard, context: Optional[Context], end: HalfEnd
     ) -> AsyncIterator[dict[str, Any]]:
         boot = job.boot
         if self._handoff is not None:
             boot = await self._handoff.start(job.prefill_request, job.sampling_params, guard,
                                              context)
+            end.claim = await claim_boot(self.rooms, boot)
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Optional, TypeVar
 
 from handlers.base import Context, Engine
+from handlers.live import LiveRequests
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,12 @@ async def aclose(items: Any) -> None:
 
 
 class RequestGuard:
-    def __init__(self, engine: Engine, rid: str, context: Optional[Context]) -> None:
+    def __init__(self, engine: Engine, rid: str, context: Optional[Context],
+                 live: Optional[LiveRequests] = None) -> None:
         self._engine = engine
         self.rid = rid
         self._context = context
+        self._live = live
         self._interrupt = asyncio.Event()
         self._watch: Optional[asyncio.Task[Any]] = None
         self._client_stopped = False
@@ -55,6 +58,8 @@ class RequestGuard:
 
     def start(self) -> None:
         """Watch the context, so a stop aborts the engine even before its first chunk."""
+        if self._live is not None:
+            self._live.add(self)
         if self._context is not None and hasattr(self._context, "async_killed_or_stopped"):
             self._watch = asyncio.get_running_loop().create_task(self._watch_context())
 
@@ -100,6 +105,15 @@ class RequestGuard:
         self._interrupt.set()
         self.abort("failed: %s" % error)
 
+    def end(self, error: Exception) -> None:
+        """The worker ends the request (its drain time ran out, its engine is gone): abort the
+        engine and make the handler raise `error`, also mid-stream."""
+        if self._finished or self.error is not None or self.stopped:
+            return
+        self.error = error
+        self._interrupt.set()
+        self.abort("ended: %s" % error)
+
     def finish(self) -> None:
         """The engine finished the request; nothing to abort any more."""
         self._finished = True
@@ -112,6 +126,8 @@ class RequestGuard:
         self._engine.tokenizer_manager.abort_request(self.rid)
 
     def close(self) -> None:
+        if self._live is not None:
+            self._live.discard(self)
         if self._watch is not None:
             self._watch.cancel()
         self.abort("handler closed before the engine finished")

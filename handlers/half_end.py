@@ -1,13 +1,14 @@
 """The decode half's side of the room watch (docs/architecture.md, "The room watch"): claim
-the frontend's room before anything else, and say how the half ended when it does, so the
-prefill computing the other half stops at once instead of holding KV for nobody."""
+the room (the frontend's, before anything else; or the one the prefill names, as soon as it
+does), and say how the half ended when it does, so the prefill computing the other half stops at
+once instead of holding KV for nobody."""
 
 from typing import Any, Optional
 
 from handlers.base import RoomClaim, RoomClaims
 from handlers.errors import RequestError
 from handlers.frontend_disagg import request_bootstrap
-from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
+from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 
 
 async def claim_room(rooms: Optional[RoomClaims], request: Any) -> Optional[RoomClaim]:
@@ -18,7 +19,12 @@ async def claim_room(rooms: Optional[RoomClaims], request: Any) -> Optional[Room
         boot = request_bootstrap(request, required=False)
     except RequestError:
         return None  # the handler answers the malformed bootstrap_info with its 400
-    if boot is None or boot.bootstrap_host == FAKE_BOOTSTRAP_HOST:
+    return await claim_boot(rooms, boot)
+
+
+async def claim_boot(rooms: Optional[RoomClaims], boot: Optional[BootstrapInfo]
+                     ) -> Optional[RoomClaim]:
+    if rooms is None or boot is None or boot.bootstrap_host == FAKE_BOOTSTRAP_HOST:
         return None
     return await rooms.claim(boot.bootstrap_host, boot.bootstrap_port, boot.bootstrap_room)
 

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from handlers.finish import map_finish_reason
 from handlers.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
 from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.health import HEALTH_CHECK_KEY
+from handlers.live import new_rid
 from handlers.logprobs import tokens_logprob_kwargs
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
@@ -72,9 +72,10 @@ class PrefillHandler(BaseHandler):
         health_check = bool(request.get(HEALTH_CHECK_KEY))
         if health_check:
             boot = boot.model_copy(update={"bootstrap_host": FAKE_BOOTSTRAP_HOST})
-        # The frontend drew the room and sent the decode half there too: watch how it ends.
-        watched = (self.rooms is not None and from_frontend and not health_check
-                   and request.get("bootstrap_info") is not None)
+        # Watch how the room's decode half ends: the frontend sent it the same room, or (decode-
+        # orchestrated) it claims the room this leg draws once it reads it.
+        watched = (self.rooms is not None and not health_check
+                   and (not from_frontend or request.get("bootstrap_info") is not None))
         gone = self.rooms.watch(boot.bootstrap_room) if watched else None
         try:
             # aclosing: closing this stream early must run _serve's cleanup (the abort) now
@@ -97,7 +98,7 @@ class PrefillHandler(BaseHandler):
                      ) -> AsyncIterator[dict[str, Any]]:
         if gone is not None and gone.done():
             raise DecodeEnded(gone.result())  # before any engine work: nothing to stop
-        guard = RequestGuard(self.engine, uuid.uuid4().hex, context)
+        guard = RequestGuard(self.engine, new_rid(), context, self.live)
         guard.start()
         started = time.monotonic()
         drain: "Optional[asyncio.Task[PrefillDone]]" = None

@@ -162,7 +162,10 @@ class Stack:
         env.update(DYN_FILE_KV=str(self.kv_dir), DYN_DISCOVERY_BACKEND=self.discovery_backend,
                    DYN_REQUEST_PLANE=self.request_plane, DYN_SYSTEM_HOST=HOST,
                    DYN_TCP_RESPONSE_STREAM_HOST=HOST, DYN_LOG=os.environ.get("DYN_LOG", "warn"),
-                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+                   # No grace period on SIGTERM (Dynamo's 5 s default): stacks stop often here;
+                   # tests of the grace period set it themselves.
+                   DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS="0")
         if self.namespace:
             env["DYN_NAMESPACE"] = self.namespace
         env.update(self.services_env)
@@ -186,14 +189,15 @@ class Stack:
         return self._spawn("frontend", argv, self.env())
 
     def start_worker(self, name: str, mode: str, served_name: str, *extra: str,
-                     skip_tokenizer_init: bool = True, engine: str = "cpu") -> Proc:
+                     skip_tokenizer_init: bool = True, engine: str = "cpu",
+                     env: dict[str, str] | None = None) -> Proc:
         system_port = free_system_port()
         argv = [sys.executable, "-m", "components", *engine_argv(engine),
                 "--model-path", self.model_path, "--served-model-name", served_name,
                 "--host", HOST, "--disaggregation-mode", mode, "--debug-routes", *extra]
         if skip_tokenizer_init:
             argv.append("--skip-tokenizer-init")
-        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env(engine))
+        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env(engine), **(env or {}))
         return self._spawn(name, argv, env, system_port)
 
     def models(self) -> list[str]:

@@ -5,7 +5,7 @@
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-$([[ -x "$REPO_ROOT/.venv/bin/python" ]] && echo "$REPO_ROOT/.venv/bin/python" || echo python3)}"
-STOP_TIMEOUT="${STOP_TIMEOUT:-20}"
+STOP_TIMEOUT="${STOP_TIMEOUT:-45}"  # a worker: 5 s grace + 30 s drain + ending the rest
 PIDS=()
 CREATED_KV_DIR=""
 

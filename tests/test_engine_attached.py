@@ -97,6 +97,10 @@ async def test_abort_by_rid(parent, attached):
     await stream.__anext__()
     attached.tokenizer_manager.abort_request("attached-abort")
     await pages_back_to_zero(parent)
+    # The stream still being read ends with the abort, as SGLang's and CpuEngine's do (a
+    # handler waiting for its next chunk is not left waiting forever).
+    rest = await asyncio.wait_for(drain(stream), 10)
+    assert rest[-1]["meta_info"]["finish_reason"]["type"] == "abort"
 
 
 async def test_a_killed_worker_process_frees_its_pages(parent):

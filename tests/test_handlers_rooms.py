@@ -12,7 +12,9 @@ import pytest
 
 from handlers import DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler
 from handlers.errors import RequestError
-from tests.handler_fakes import FakeContext, FakeEngine, chunk, collect
+from tests.handler_fakes import (
+    FakeContext, FakeEngine, FakePrefillClient, chunk, collect, wait_until,
+)
 from tests.test_frontend_disagg import BOOT, DECODE_REQ, FLAT
 
 pytestmark = pytest.mark.timeout(10)
@@ -64,12 +66,17 @@ async def test_the_decode_half_ending_mid_prefill_aborts_it_and_ends_quietly():
     assert engine.aborts == [engine.calls[0]["rid"]]
 
 
-async def test_decode_orchestrated_legs_are_not_watched():
-    watch = FakeWatch()
+async def test_a_decode_orchestrated_leg_watches_the_room_it_draws():
+    watch, engine = FakeWatch(), FakeEngine(hold=True)
     wrapped = {"request": {"token_ids": [1, 2, 3]}, "sampling_params": {"max_new_tokens": 1}}
-    done = chunk([9], {"type": "length", "length": 1}, prompt=3, completion=1)
-    await collect(PrefillHandler(FakeEngine([done]), CONFIG, rooms=watch).generate(wrapped))
-    assert watch.legs == {}
+    stream = PrefillHandler(engine, CONFIG, rooms=watch).generate(wrapped, FakeContext())
+    first = await asyncio.wait_for(anext(stream), 5)
+    assert list(watch.legs) == [first["bootstrap_room"]]
+    watch.legs[first["bootstrap_room"]].set_result(
+        SimpleNamespace(room=first["bootstrap_room"], outcome="cancelled", message=""))
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(anext(stream), 5)
+    assert engine.aborts == [engine.calls[0]["rid"]]
 
 
 class FakeClaims:
@@ -111,6 +118,25 @@ async def test_a_client_that_leaves_releases_the_room_cancelled():
     stream = handler.generate({**DECODE_REQ, "bootstrap_info": BOOT}, ctx)
     pending = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0.05)
+    ctx.stop()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(pending, 5)
+    assert claims.released == [("cancelled", "")]
+
+
+async def test_a_decode_orchestrated_half_claims_the_room_its_prefill_names():
+    async def items(request):
+        yield dict(BOOT)
+        await asyncio.Event().wait()  # the prefill holds its stream until its KV is written
+
+    claims, ctx = FakeClaims(), FakeContext()
+    config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
+                          disaggregated=True, orchestrator="decode")
+    handler = DecodeHandler(FakeEngine(hold=True), config, FakePrefillClient(items),
+                            rooms=claims)
+    pending = asyncio.ensure_future(anext(handler.generate(DECODE_REQ, ctx)))
+    await wait_until(lambda: claims.claimed)
+    assert claims.claimed == [(BOOT["bootstrap_host"], BOOT["bootstrap_port"], ROOM)]
     ctx.stop()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(pending, 5)

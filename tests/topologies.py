@@ -108,6 +108,16 @@ def start_sglang_prefill(stack: Stack, name: str, skip_tokenizer_init: bool, orc
                        skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
 
 
+def start_sglang_decode(stack: Stack, name: str, skip_tokenizer_init: bool, orchestrator: str,
+                        extra: tuple[str, ...] = ()) -> None:
+    """An SGLang decode worker serving `tiny-sglang` (a replacement too)."""
+    stack.start_worker(name, "decode", SGLANG, *SGLANG_ENGINE_ARGS,
+                       *_sglang_disagg_args(orchestrator, extra),
+                       "--endpoint", "dyn://dynamo.sglang.generate",
+                       "--prefill-endpoint", "dyn://dynamo.sglang_prefill.generate",
+                       skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+
+
 def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
                           disaggregated: bool = False,
                           orchestrator: str = DECODE_ORCHESTRATED, with_agg: bool = True,
@@ -120,11 +130,8 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
         stack.start_frontend()
         endpoint = ("--endpoint", "dyn://dynamo.sglang.generate")
         if disaggregated:
-            nixl = _sglang_disagg_args(orchestrator, extra)
             start_sglang_prefill(stack, "prefill", skip_tokenizer_init, orchestrator, extra)
-            stack.start_worker("sglang", "decode", SGLANG, *SGLANG_ENGINE_ARGS, *nixl, *endpoint,
-                               "--prefill-endpoint", "dyn://dynamo.sglang_prefill.generate",
-                               skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
+            start_sglang_decode(stack, "sglang", skip_tokenizer_init, orchestrator, extra)
         else:
             stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint, *extra,
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")

@@ -151,10 +151,18 @@ class AttachedCpuEngine(SyncGenerateMixin):
         self._sock.send(wire.encode(msg))
 
     def _abort(self, rid: str, abort_all: bool) -> None:
+        """Abort in the engine process, and end the request's stream here at once with the
+        engine's own abort (SGLang's semantics: a stream still being read ends; nothing the
+        engine process sends for it later is delivered)."""
         rids = list(self._queues) if abort_all else [rid]
         for one in rids:
-            if self._queues.pop(one, None) is not None and not self._gone:
+            pending = self._queues.pop(one, None)
+            if pending is None:
+                continue
+            if not self._gone:
                 self._send(wire.Abort(rid=one))
+            for _ in range(pending.remaining):
+                pending.queue.put_nowait(_aborted_chunk(one))
 
     def _ensure_receiver(self) -> None:
         if self._receiver is None:
@@ -177,7 +185,7 @@ class AttachedCpuEngine(SyncGenerateMixin):
                 continue  # the Info answering this socket's Hello
             pending = self._queues.get(msg.rid)
             if pending is None:
-                continue  # aborted here already
+                continue  # finished, or aborted here already
             if isinstance(msg, wire.Refused):
                 del self._queues[msg.rid]
                 for _ in range(pending.remaining):  # every choice of a stream ends
@@ -206,6 +214,13 @@ class AttachedCpuEngine(SyncGenerateMixin):
             self._sock.close(0)
             self._ctx.term()
             self._receiver = None
+
+
+def _aborted_chunk(rid: str) -> dict[str, Any]:
+    """What the engine's stream ends with when its request is aborted."""
+    return {"text": "", "output_ids": [], "meta_info": {
+        "id": rid, "finish_reason": {"type": "abort", "message": "Aborted", "status_code": None},
+        "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}}
 
 
 def _refusal_chunk(rid: str, message: str, invalid: bool) -> dict[str, Any]:

@@ -95,7 +95,11 @@ def decode_idle(stack) -> bool:
 
 
 def assert_released_and_serving(stack, left_at: float) -> float:
-    wait_until(lambda: prefill_idle(stack), RELEASE_BOUND_S, "the prefill to hold nothing")
+    try:
+        wait_until(lambda: prefill_idle(stack), RELEASE_BOUND_S, "the prefill to hold nothing")
+    except TimeoutError:  # which requests, to find them in the worker's log
+        print("prefill still holds", stack.procs["prefill"].engine_route("requests"))
+        raise
     released = time.monotonic() - left_at
     wait_until(lambda: decode_idle(stack), RELEASE_BOUND_S, "the decode to hold nothing")
     with httpx.Client(timeout=RELEASE_BOUND_S) as http:  # nothing queued behind dead work

@@ -115,7 +115,7 @@ def test_sigterm_under_traffic_lets_the_streams_finish_and_both_workers_exit_zer
     def one() -> None:
         with httpx.Client(timeout=120) as http:
             results.append(stream(http, stack.url, "chat/completions",
-                                  {**WITNESS, "max_tokens": 200}))
+                                  {**WITNESS, "max_tokens": 1000}))
 
     clients = [threading.Thread(target=one) for _ in range(3)]
     for c in clients:
@@ -130,5 +130,5 @@ def test_sigterm_under_traffic_lets_the_streams_finish_and_both_workers_exit_zer
     for name in ("sglang", "prefill"):
         codes[name] = stack.procs[name].reap(60)
     assert [(r.error, (r.usage or {}).get("completion_tokens")) for r in results] == [
-        (None, 200)] * 3, results
+        (None, 1000)] * 3, results
     assert codes == {"sglang": 0, "prefill": 0}

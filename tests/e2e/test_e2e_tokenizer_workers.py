@@ -9,8 +9,12 @@ the engine's KV pool empty, and SIGTERM stopping both processes cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
+
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -120,10 +124,14 @@ def test_disconnects_free_the_engines_pages(stack):
     pages_settle_to_zero(stack)
 
 
-def first_event(response: httpx.Response) -> None:
-    for line in response.iter_lines():
+def first_event(response: httpx.Response) -> Iterator[str]:
+    """Read up to the first SSE event. Keep the returned iterator while the stream should stay
+    open: a line iterator dropped mid-way closes the connection (a client disconnect)."""
+    lines = response.iter_lines()
+    for line in lines:
         if line.startswith("data:"):
-            return
+            break
+    return lines
 
 
 def test_sigterm_stops_both_processes(stack):
@@ -141,42 +149,129 @@ def test_a_killed_attached_process_frees_its_requests_pages(stack):
     # Two streams at once: the frontend's round robin puts one on each process.
     with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b:
         with a.stream("POST", url, json=long) as ra, b.stream("POST", url, json=long) as rb:
-            first_event(ra)
-            first_event(rb)
+            held = first_event(ra), first_event(rb)
+            engine = stack.procs["tw"]
+            wait_until(lambda: engine.requests_in_flight() == 2, 10, "both in the engine")
             os.kill(attached_pid(stack), signal.SIGKILL)
+            # Neither stream was closed: only the kill can have ended the killed process's.
+            wait_until(lambda: engine.requests_in_flight() == 1, 5.0, "its request ended")
+            del held
     # Neither request could have finished its 1,900 tokens by now: the engine freed the killed
     # process's request when it saw the process gone, and the other one on the disconnect.
     wait_until(lambda: stack.procs["tw"].kv_pages_in_use() == 0, 5.0, "tw pages back to 0")
     assert stack.procs["tw"].alive()
 
 
-def test_sglang_engine_serves_from_two_processes(tmp_path_factory, tiny_model_path):
-    """The same flag on `sglang.Engine` (SGLang's CPU path): the attached process is SGLang's
-    `Engine.attach_tokenizer_worker`, and both answer with the CPU engine's greedy output."""
+def start_sglang_tw(stack: Stack, name: str = "sglang") -> None:
+    ready = "worker ready: agg serving"
+    before = stack.procs[name].log_text().count(ready) if name in stack.procs else 0
+    stack.start_worker(name, "null", SGLANG, *SGLANG_ENGINE_ARGS, "--tokenizer-worker-num", "2",
+                       "--endpoint", "dyn://dynamo.sglang.generate", skip_tokenizer_init=False,
+                       engine="sglang")
+    stack.wait_ready(SGLANG, timeout=240)
+    log = stack.procs[name].log_text  # the same file across restarts
+    wait_until(lambda: log().count(ready) - before == 2, 120, "both SGLang processes ready")
+
+
+@pytest.fixture(scope="module")
+def sglang_stack(tmp_path_factory, tiny_model_path):
     stack = Stack(tmp_path_factory.mktemp("sglang-tw"), tiny_model_path)
     try:
         stack.start_frontend()
-        stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS,
-                           "--tokenizer-worker-num", "2", "--endpoint",
-                           "dyn://dynamo.sglang.generate", skip_tokenizer_init=False,
-                           engine="sglang")
+        start_sglang_tw(stack)
         stack.start_worker("agg", "null", AGG, *ENGINE_ARGS, "--endpoint",
                            "dyn://dynamo.agg.generate", skip_tokenizer_init=False)
         stack.wait_ready(SGLANG, AGG, timeout=240)
-        log = stack.procs["sglang"].log_text
-        wait_until(lambda: log().count("worker ready: agg serving") == 2, 120,
-                   "both SGLang processes ready")
-        # SGLang's router in the engine process has both processes' TokenizerWorkers.
-        assert "Router registered worker IPC" in log() and "(total: 2)" in log()
-        [child] = attached_pids(stack.procs["sglang"].popen.pid)
-        with httpx.Client(timeout=60) as http:
-            for i in range(4):
-                want = chat(http, stack.url, body(AGG, f"hello {i}", max_tokens=8))
-                got = chat(http, stack.url, body(SGLANG, f"hello {i}", max_tokens=8))
-                assert got["choices"][0]["message"] == want["choices"][0]["message"]
-        assert os.path.exists(f"/proc/{child}")
     except BaseException:
         print(stack.logs())
-        raise
-    finally:
         stack.stop()
+        raise
+    yield stack
+    stack.stop()
+
+
+def test_sglang_engine_serves_from_two_processes(sglang_stack):
+    """The same flag on `sglang.Engine` (SGLang's CPU path): the attached process is SGLang's
+    `Engine.attach_tokenizer_worker`, and both answer with the CPU engine's greedy output."""
+    stack = sglang_stack
+    log = stack.procs["sglang"].log_text
+    # SGLang's router in the engine process has both processes' TokenizerWorkers.
+    assert "Router registered worker IPC" in log() and "(total: 2)" in log()
+    [child] = attached_pids(stack.procs["sglang"].popen.pid)
+    with httpx.Client(timeout=60) as http:
+        for i in range(4):
+            want = chat(http, stack.url, body(AGG, f"hello {i}", max_tokens=8))
+            got = chat(http, stack.url, body(SGLANG, f"hello {i}", max_tokens=8))
+            assert got["choices"][0]["message"] == want["choices"][0]["message"]
+    assert os.path.exists(f"/proc/{child}")
+
+
+def long_streams_one_per_process(stack: Stack, pids: list[int],
+                                 scope: contextlib.ExitStack) -> list[Iterator[str]]:
+    """Two long streams in flight, one in each process (the frontend's round robin): their
+    line iterators, past the first event (open until `scope` ends)."""
+    long = {**body(SGLANG, "a long answer please", max_tokens=1900, ignore_eos=True),
+            "stream": True}
+    url = f"{stack.url}/v1/chat/completions"
+    responses = [scope.enter_context(scope.enter_context(httpx.Client(timeout=60)).stream(
+        "POST", url, json=long)) for _ in pids]
+    lines = [first_event(r) for r in responses]
+    ports = [stack.procs["sglang"].system_port] + [system_port_of(p) for p in pids[1:]]
+    wait_until(lambda: [in_flight(port) for port in ports] == [1] * len(ports), 10,
+               "one stream in each process's engine")
+    return lines
+
+
+def in_flight(port: int) -> int:
+    return int(httpx.get(f"http://127.0.0.1:{port}/engine/requests", timeout=5).json()["in_flight"])
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit status goes to whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def scheduler_requests(stack: Stack) -> int:
+    return int(stack.procs["sglang"].engine_route("requests")["scheduler"])
+
+
+def test_sglang_a_killed_attached_process_requests_are_aborted_in_the_engine(sglang_stack):
+    stack = sglang_stack
+    engine_pid = stack.procs["sglang"].popen.pid
+    [child] = attached_pids(engine_pid)
+    with contextlib.ExitStack() as scope:
+        held = long_streams_one_per_process(stack, [engine_pid, child], scope)
+        wait_until(lambda: scheduler_requests(stack) == 2, 10, "both in SGLang's scheduler")
+        os.kill(child, signal.SIGKILL)
+        killed = time.monotonic()
+        # The killed process's request leaves the scheduler; the engine process's goes on.
+        wait_until(lambda: scheduler_requests(stack) == 1, 5.0, "the dead process's aborted",
+                   interval=0.05)
+        print(f"aborted {time.monotonic() - killed:.2f} s after the attached process died")
+        assert in_flight(stack.procs["sglang"].system_port) == 1
+        del held
+    wait_until(lambda: scheduler_requests(stack) == 0, 10, "SGLang's scheduler empty")
+    assert stack.procs["sglang"].alive()
+
+
+def test_sglang_attached_process_ends_its_requests_when_the_engine_process_dies(sglang_stack):
+    stack = sglang_stack
+    stack.procs["sglang"].stop()  # it lost its attached process in the test before
+    start_sglang_tw(stack, "sglang")
+    engine_pid = stack.procs["sglang"].popen.pid
+    [child] = attached_pids(engine_pid)
+    with contextlib.ExitStack() as scope:
+        streams = long_streams_one_per_process(stack, [engine_pid, child], scope)
+        os.kill(engine_pid, signal.SIGKILL)  # SGLang's own children die with it
+        killed = time.monotonic()
+        lines = list(streams[1])  # the rest of the attached process's stream
+        ended = time.monotonic() - killed
+        assert any('"error"' in line for line in lines), lines[-3:]
+        assert ended < 5.0
+        wait_until(lambda: not running(child), 30, "the attached process gone")
+        assert "the engine process exited: ended 1 request(s)" in stack.procs["sglang"].log_text()
+        print(f"attached stream ended {ended:.2f} s after the engine process died")

@@ -1,0 +1,101 @@
+"""Stopping a worker behind the real frontend, on the CPU engine and on `sglang.Engine` (SGLang's
+CPU path), aggregated, Tokens mode.
+
+- SIGTERM while the engine loads: the worker exits 0 at once having registered nothing, and
+  SGLang's scheduler and detokenizer processes go with it.
+- SIGTERM under a long stream: the model leaves discovery first, the stream goes on through the
+  grace period and the drain time, then ends with an error event; the worker exits 0 within
+  grace + drain + a few seconds.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from harness.topology import Stack, wait_until
+from tests.e2e.client import stream, user
+from tests.topologies import ENGINE_ARGS, SGLANG_ENGINE_ARGS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+ENGINES = {"cpu": ENGINE_ARGS, "sglang": SGLANG_ENGINE_ARGS}
+GRACE_S, DRAIN_S = 1.5, 1.5
+LONG = ("--context-length", "8192")  # a stream far longer than grace + drain
+EXIT_BOUND_S = 20.0  # a signalled worker is gone within this (beyond grace + drain)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_model_path):
+    stack = Stack(tmp_path_factory.mktemp("shutdown"), tiny_model_path)
+    stack.start_frontend()
+    yield stack
+    stack.stop()
+
+
+def start(stack: Stack, engine: str, name: str, *extra: str, **env: str):
+    return stack.start_worker(name, "null", name, *ENGINES[engine], "--endpoint",
+                              f"dyn://dynamo.{name.replace('-', '_')}.generate", *extra,
+                              engine=engine, env=env)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigterm_while_the_engine_loads_exits_zero_having_registered_nothing(stack, engine):
+    name = f"load-{engine}"
+    proc = start(stack, engine, name)
+    wait_until(lambda: f"starting {engine} engine" in proc.log_text(), 60,
+               "the engine build to begin", interval=0.02)
+    children = [] if engine == "cpu" else wait_until(
+        lambda: psutil.Process(proc.popen.pid).children(recursive=True), 60,
+        "SGLang's scheduler process", interval=0.05)
+    proc.popen.send_signal(signal.SIGTERM)  # the worker alone, as Kubernetes signals PID 1
+    started = time.monotonic()
+    code = proc.reap(EXIT_BOUND_S)
+    took = time.monotonic() - started
+    del stack.procs[name]  # stopped on purpose
+    log = proc.log_text()
+    assert code == 0, log[-3000:]
+    assert "nothing was served" in log and "worker ready" not in log, log[-3000:]
+    assert name not in stack.models()
+    wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                               for c in children), 10, "SGLang's processes gone")
+    print(f"{engine}: exited {took:.2f} s after SIGTERM during model load")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigterm_drains_then_ends_a_long_stream_and_exits_zero(stack, engine):
+    name = f"drain-{engine}"
+    proc = start(stack, engine, name, *LONG, "--drain-timeout", str(DRAIN_S),
+                 DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS=str(GRACE_S))
+    stack.wait_ready(name, timeout=240)
+    result: list = []
+    body = {"model": name, "messages": user("a long answer please"), "max_tokens": 8000,
+            "ignore_eos": True, "temperature": 0.0}
+
+    def client() -> None:
+        with httpx.Client(timeout=120) as http:
+            result.append(stream(http, stack.url, "chat/completions", body))
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    wait_until(lambda: proc.requests_in_flight() >= 1, 60, "the stream in flight")
+    proc.popen.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_until(lambda: name not in stack.models(), GRACE_S + DRAIN_S, "the model unregistered")
+    unregistered = time.monotonic() - signalled
+    assert thread.is_alive()  # unregistered first; the stream goes on meanwhile
+    thread.join(GRACE_S + DRAIN_S + EXIT_BOUND_S)
+    ended = time.monotonic() - signalled
+    code = proc.reap(EXIT_BOUND_S)
+    del stack.procs[name]
+    assert code == 0, proc.log_text()[-3000:]
+    [got] = result
+    assert got.error is not None and got.usage is None, got  # ended, not finished
+    assert GRACE_S + DRAIN_S <= ended < GRACE_S + DRAIN_S + EXIT_BOUND_S
+    assert "ran out: ended 1 engine request(s)" in proc.log_text()
+    print(f"{engine}: unregistered {unregistered:.2f} s, stream ended {ended:.2f} s after SIGTERM")
