@@ -35,7 +35,7 @@ ENDED_WAIT_S = 5.0  # for ended requests to unwind before the worker stops waiti
 # A prefill's engine outlives its last leg by this much: the leg ends when the prefill's side of
 # the KV transfer is done, but the decode may not have taken delivery yet (seen on SGLang: a
 # prefill stopped at once left its decode with "Lost connection with prefill instance").
-PREFILL_SETTLE_S = 3.0
+PREFILL_SETTLE_S = 2.0
 # Attached processes (--tokenizer-worker-num) drain alongside the engine process, which waits for
 # them this much longer than its own drain before it stops its engine under them.
 DRAIN_MARGIN_S = ENDED_WAIT_S + 5.0
