@@ -20,6 +20,8 @@ $(STAMP): $(REQS)
 	# so the tests run the real sglang.Engine on CPU (SGLANG_USE_CPU_ENGINE=1).
 	$(PIP) install -q --no-deps ai-dynamo==1.6.1 sglang==0.5.23
 	$(PIP) install -q -c requirements/constraints.txt -r requirements/sglang-cpu.txt
+	# The project itself (editable): `python -m components` starts from any directory.
+	$(PIP) install -q --no-deps -e .
 	$(MAKE) etcd
 	touch $(STAMP)
 
