@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -59,8 +59,10 @@ def apply_event(result: StreamResult, data: dict[str, Any]) -> None:
             result.finish_reason = choice["finish_reason"]
 
 
-def stream(http: httpx.Client, url: str, path: str, body: dict[str, Any]) -> StreamResult:
-    """POST with stream=true (usage requested) and collect the SSE events."""
+def stream(http: httpx.Client, url: str, path: str, body: dict[str, Any],
+           on_first: Callable[[], Any] | None = None) -> StreamResult:
+    """POST with stream=true (usage requested) and collect the SSE events; `on_first` is
+    called at the first one."""
     result = StreamResult()
     body = {"stream_options": {"include_usage": True}, **body, "stream": True}
     with http.stream("POST", f"{url}/v1/{path}", json=body) as r:
@@ -68,6 +70,9 @@ def stream(http: httpx.Client, url: str, path: str, body: dict[str, Any]) -> Str
         for line in r.iter_lines():
             if not line.startswith("data:"):
                 continue
+            if on_first is not None:
+                on_first()
+                on_first = None
             payload = line[len("data:"):].strip()
             if payload == "[DONE]":
                 result.done = True

@@ -31,7 +31,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 # The prefill's request and KV are released within this of the clients leaving: one engine step
 # (a chunk of the prompt) plus the room watch's hop, with slack for 2 shared cores.
 RELEASE_BOUND_S = 10.0
-# A decode killed before it claimed a leg's room: the prefill's --room-claim-timeout (10 s).
+# A leg no decode claims ends after the prefill's --room-claim-timeout: a decode killed before
+# it claimed, or (decode-orchestrated) one whose stop Dynamo's runtime lost because the decode
+# gave up while the prefill's response stream was still connecting (it never got the room).
+# Decode-orchestrated, the decode claims as soon as the prefill's first item arrives, so these
+# stacks use a shorter deadline than the default 10 s.
+CLAIM_TIMEOUT_S = {DECODE_ORCHESTRATED: 4.0, FRONTEND_ORCHESTRATED: 10.0}
 KILL_BOUND_S = 10.0 + RELEASE_BOUND_S
 STYLES = {"decode-orch": DECODE_ORCHESTRATED, "frontend-orch": FRONTEND_ORCHESTRATED}
 
@@ -46,7 +51,8 @@ class Engine:
 
     def start(self, workdir, model_path: str, style: str) -> Stack:
         args = ("--context-length", str(self.pool_tokens),
-                "--max-total-tokens", str(self.pool_tokens))
+                "--max-total-tokens", str(self.pool_tokens),
+                "--room-claim-timeout", str(CLAIM_TIMEOUT_S[style]))
         if self.name == "cpu":
             return start_topology(workdir, model_path, True, with_agg=False, worker_args=args,
                                   orchestrator=style)

@@ -111,17 +111,18 @@ def test_hung_then_killed_prefill_answers_every_client_and_a_new_one_restores_se
 
 def test_sigterm_under_traffic_lets_the_streams_finish_and_both_workers_exit_zero(stack):
     results: list = []
+    streaming = threading.Semaphore(0)  # released at each stream's first event
 
     def one() -> None:
         with httpx.Client(timeout=120) as http:
             results.append(stream(http, stack.url, "chat/completions",
-                                  {**WITNESS, "max_tokens": 1000}))
+                                  {**WITNESS, "max_tokens": 1000}, on_first=streaming.release))
 
     clients = [threading.Thread(target=one) for _ in range(3)]
     for c in clients:
         c.start()
-    wait_until(lambda: stack.procs["sglang"].requests_in_flight() >= 3, 60,
-               "three streams in flight")
+    for _ in clients:  # all three under way (a 1,000-token stream takes seconds here)
+        assert streaming.acquire(timeout=60), "a stream never started"
     codes = {}
     for name in ("sglang", "prefill"):  # the worker process alone, as Kubernetes signals PID 1
         stack.procs[name].popen.send_signal(signal.SIGTERM)
