@@ -70,6 +70,10 @@ def stack(tmp_path_factory, tiny_model_path, request):
     engine, style = ENGINES[request.param[0]], STYLES[request.param[1]]
     stack = engine.start(tmp_path_factory.mktemp(f"rooms-{'-'.join(request.param)}"),
                          tiny_model_path, style)
+    # One request through both workers first: the CPU engine's KV side channel can lose a fresh
+    # decode's first connection to a room aborted before its socket reports it connected (a
+    # known bug, docs/failure-behaviour.md), which is not what these tests are about.
+    stack.wait_ready(engine.model, probe=True)
     stack.engine = engine
     yield stack
     stack.stop()
