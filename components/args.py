@@ -78,7 +78,8 @@ class WorkerConfig:
     engine_args: Any
     # SGLang's --kv-events-config (JSON); components/kv_publishing.py reads it.
     kv_events_config: str | None = None
-    # After SIGTERM and the grace period: seconds in-flight requests get before they are ended.
+    # After SIGTERM and the grace period: seconds in-flight requests get before they are ended
+    # (Dynamo 1.6.1 bounds its drain at 30 s too).
     drain_timeout: float = 30.0
 
 

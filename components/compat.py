@@ -34,6 +34,12 @@ def sglang_requests_in_flight(engine: Any) -> int | None:
     return None if states is None else len(states)
 
 
+def sglang_tracked_rids(engine: Any, limit: int = 64) -> list[str] | None:
+    """The first `limit` rids SGLang's TokenizerManager tracks; None for the CPU engine."""
+    states = getattr(engine.tokenizer_manager, "rid_to_state", None)
+    return sorted(states)[:limit] if isinstance(states, dict) else None
+
+
 def sglang_scheduler_requests(engine: Any) -> int | None:
     """Requests SGLang's schedulers hold, running or waiting, whichever process sent them (the
     load snapshot each scheduler publishes, also when it turns idle); None where unreadable."""

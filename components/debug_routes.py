@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from components.compat import sglang_requests_in_flight, sglang_scheduler_requests
+from components.compat import (
+    sglang_requests_in_flight, sglang_scheduler_requests, sglang_tracked_rids,
+)
 
 
 def register_debug_routes(runtime: Any, engine: Any) -> None:
@@ -30,10 +32,9 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
         return {"pages_in_use": await asyncio.to_thread(pages) if callable(pages) else None}
 
     async def requests(_body: dict) -> dict:
-        states = getattr(engine.tokenizer_manager, "rid_to_state", None)
-        # SGLang: which rids, so a request left behind can be found in the worker's log.
-        rids = sorted(states)[:64] if isinstance(states, dict) else None
-        return {"in_flight": sglang_requests_in_flight(engine), "rids": rids,
+        # The rids, so a request left behind can be found in the worker's log.
+        return {"in_flight": sglang_requests_in_flight(engine),
+                "rids": sglang_tracked_rids(engine),
                 "scheduler": sglang_scheduler_requests(engine)}
 
     async def prefix_cache(_body: dict) -> dict:

@@ -21,8 +21,6 @@ import signal
 import time
 from typing import Any
 
-from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
-
 from components.tokenizer_workers import TokenizerWorkers
 from handlers.errors import EngineUnavailable
 from handlers.live import LiveRequests
@@ -30,7 +28,6 @@ from handlers.live import LiveRequests
 logger = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-DRAIN_TIMEOUT_S = 30.0  # Dynamo 1.6.1's bound on a drain
 ENDED_WAIT_S = 5.0  # for ended requests to unwind before the worker stops waiting
 # A prefill's engine outlives its last leg by this much: the leg ends when the prefill's side of
 # the KV transfer is done, but the decode may not have taken delivery yet (seen on SGLang: a
@@ -54,10 +51,6 @@ def interrupt_startup() -> None:
     """Until the event loop takes the signals over (SignalGuard.take), raise on them."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt)
-
-
-def grace_period_s() -> float:
-    return get_grace_period_seconds()
 
 
 async def drain(serving: "asyncio.Future[Any]", live: LiveRequests, timeout: float) -> None:

@@ -6,18 +6,18 @@ command line, each of which attaches to that engine (``Engine.attach_tokenizer_w
 or the CPU engine's) and serves the same endpoint with its own request handling, chat templating,
 tokenization and detokenization, so that per-request Python work is spread over N processes.
 Attached processes watch the engine process: when it exits they end the requests they hold at
-once and stop (Linux's parent-death SIGTERM starts that too); the engine process aborts the requests of one that
-exits (each process prefixes its rids with its pid: handlers/live.py). Each serves its own system port when
-the engine process has one (a free port; Dynamo's model card is served from it).
+once and stop (Linux's parent-death SIGTERM starts that too); the engine process aborts the
+requests of one that exits (each process prefixes its rids with its pid: handlers/live.py). Each
+serves its own system port when the engine process has one (a free port; Dynamo's model card is served from it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import os
 import signal
-import asyncio
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -97,10 +97,6 @@ class TokenizerWorkers:
         code = proc.poll()
         (logger.warning if code else logger.info)("tokenizer worker %d exited (%s)", proc.pid, code)
         on_exit(proc.pid)
-
-    def exited(self) -> list[tuple[int, int]]:
-        """(pid, returncode) of the processes that have exited."""
-        return [(p.pid, p.returncode) for p in self.procs if p.poll() is not None]
 
     def terminate(self) -> None:
         for p in self.procs:

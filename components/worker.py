@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Any
 
+from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
 from dynamo.common.utils.prometheus import register_engine_metrics_callback
 from dynamo.runtime import DistributedRuntime
 
@@ -31,8 +32,7 @@ from components.register import register_served_model, role_for, unregister_serv
 from components.room_wiring import room_claims, start_room_watch
 from components.runtime_adapter import translate_errors
 from components.shutdown import (
-    DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, grace_period_s, interrupt_startup,
-    settle,
+    DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, interrupt_startup, settle,
 )
 from components.signal_guard import SignalGuard
 from components.startup import connect_prefill, start_engine, warmup_prefill
@@ -152,7 +152,7 @@ class Worker:
                 await self.endpoint.unregister_endpoint_instance()
             except Exception as exc:  # runtime errors are bare Exceptions; shutdown goes on
                 logger.warning("unregistering the endpoint instance failed: %s", exc)
-        grace = grace_period_s()
+        grace = get_grace_period_seconds()  # Dynamo's DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS
         if grace > 0 and self.serving is not None and not self._orphaned.is_set():
             logger.info("serving on for the %.1f s grace period", grace)
             try:

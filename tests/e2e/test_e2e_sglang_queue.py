@@ -11,26 +11,17 @@ import concurrent.futures
 import httpx
 import pytest
 
-from harness.topology import Stack
 from tests.e2e.client import user
-from tests.topologies import SGLANG, SGLANG_ENGINE_ARGS
+from tests.topologies import SGLANG, start_sglang_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, tiny_model_path):
-    stack = Stack(tmp_path_factory.mktemp("sglang-queue"), tiny_model_path)
-    try:
-        stack.start_frontend()
-        stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS,
-                           "--max-running-requests", "1", "--max-queued-requests", "1",
-                           "--endpoint", "dyn://dynamo.sglang.generate", engine="sglang")
-        stack.wait_ready(SGLANG, timeout=240)
-    except BaseException:
-        print(stack.logs())
-        stack.stop()
-        raise
+    stack = start_sglang_topology(
+        tmp_path_factory.mktemp("sglang-queue"), tiny_model_path, True, with_agg=False,
+        extra=("--max-running-requests", "1", "--max-queued-requests", "1"))
     yield stack
     stack.stop()
 
