@@ -31,9 +31,9 @@ from benchmarks.common import (format_table, limit_cpu_threads, median, new_figu
 from benchmarks.kernel_copy import kernel_copy_s
 from benchmarks.kv_peer import (HEAD_DIM, HOST, KV_HEADS, LAYERS, TIMEOUT_S, DecodePeer,
                                  make_pool, region)
-from components.engine.kv_pool import KVPool
+from components.engine.kv.pool import KVPool
 from components.engine.config import UCX_ERROR_HANDLING
-from components.engine.kv_transport import KVTransport, Peering, TransferDone, TransferFailed
+from components.engine.disagg.transport import KVTransport, Peering, TransferDone, TransferFailed
 
 SIZES = (128, 256, 512, 1024, 2048, 4096)
 

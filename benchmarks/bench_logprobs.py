@@ -4,7 +4,7 @@ side by side in one run (arms alternate per run, same prompts), on the `small` m
     .venv/bin/python -m benchmarks.bench_logprobs [--runs 5] [--threads 1] [--model PATH]
 
 The cost is the per-step ``log_softmax`` + ``topk`` of the rows that asked, and the per-chunk
-tuples (components/engine/logprobs.py). Goal: under 10%.
+tuples (components/engine/output/logprobs.py). Goal: under 10%.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from benchmarks.common import (
     engine_bench_parser, format_table, median, parse_engine_bench_args, results_dir, write_json,
 )
-from components.engine.engine import CpuEngine
+from components.engine.api.engine import CpuEngine
 
 BATCH = 16
 PROMPT = 128

@@ -169,7 +169,7 @@ def save_figure(fig, out_dir: Path, name: str) -> Path:
 
 def require_model(path: Path, size: str) -> Path:
     """Build the project's model if missing (deterministic; seconds). The lock file is the one
-    tests/models.py takes, so a test session and a benchmark never build the same dir twice."""
+    tests/support/models.py takes, so a test session and a benchmark never build the same dir twice."""
     import fcntl
 
     path = Path(path)

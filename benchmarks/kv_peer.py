@@ -20,8 +20,8 @@ import queue
 
 import torch
 
-from components.engine.kv_pool import KVPool, PageRun
-from components.engine.kv_transport import KVArrived, KVTransport, Peering, TransferFailed
+from components.engine.kv.pool import KVPool, PageRun
+from components.engine.disagg.transport import KVArrived, KVTransport, Peering, TransferFailed
 from harness.child import ChildProcess, Message, ParentChannel
 
 MODULE = "benchmarks.kv_peer"

@@ -39,5 +39,5 @@ LOGPROBS = """\
 `python -m benchmarks.bench_logprobs`: what logprobs cost the CPU engine. A batch of 16 rows
 (128-token prompts, 64 new tokens each) decodes with `top_logprobs_num` 5 on every row and
 without, same prompts, arms alternated per repetition. The cost is each step's `log_softmax` +
-`topk` for the rows that asked and the per-chunk tuples (components/engine/logprobs.py).
+`topk` for the rows that asked and the per-chunk tuples (components/engine/output/logprobs.py).
 """

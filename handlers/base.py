@@ -69,7 +69,7 @@ class RoomEnd(Protocol):
 
 
 class RoomWatch(Protocol):
-    """Prefill side of the room watch (components/room_watch.py): `watch(room)` resolves with
+    """Prefill side of the room watch (components/worker/rooms/watch.py): `watch(room)` resolves with
     the RoomEnd as soon as the room's decode half ends early (at once if it already has)."""
 
     def watch(self, room: int) -> "asyncio.Future[RoomEnd]": ...
@@ -82,7 +82,7 @@ class RoomClaim(Protocol):
 
 
 class RoomClaims(Protocol):
-    """Decode side of the room watch (components/room_claims.py): claim the room of a decode
+    """Decode side of the room watch (components/worker/rooms/claims.py): claim the room of a decode
     half as it arrives; None when the prefill's watch cannot be reached."""
 
     async def claim(self, host: str, port: int, room: int) -> Optional[RoomClaim]: ...

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import httpx
 
-from components import hosts
+from components.worker import hosts
 from harness.child import REPO
 
 HOST = "127.0.0.1"
@@ -33,7 +33,7 @@ READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
 PROBE_TIMEOUT_S = 30.0  # one 2-token request; a cold worker compiles nothing, but the box is busy
 # The test-only stand-ins and import hook that let SGLang run on CPU; only SGLang workers get it.
-SGLANG_CPU_PATH = REPO / "tests" / "sglang_cpu"
+SGLANG_CPU_PATH = REPO / "tests" / "support" / "sglang_cpu"
 
 
 def engine_argv(engine: str) -> list[str]:

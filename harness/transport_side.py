@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from components.engine.kv_pool import KVPool, PageRun
-from components.engine.kv_transport import (
+from components.engine.kv.pool import KVPool, PageRun
+from components.engine.disagg.transport import (
     KVArrived,
     KVTransport,
     RoomReleased,

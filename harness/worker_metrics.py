@@ -1,4 +1,4 @@
-"""A worker process's own Prometheus page (`/metrics` on its system port, components/metrics.py),
+"""A worker process's own Prometheus page (`/metrics` on its system port, components/worker/metrics.py),
 and the attached processes of `--tokenizer-worker-num N`, each serving its own system port."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import defaultdict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.tokenizer_workers import ENGINE_PID_ENV
+from components.worker.tokenizer_workers import ENGINE_PID_ENV
 from harness.topology import HOST
 
 PREFIX = "dynamo_component_engine_"

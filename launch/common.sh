@@ -134,8 +134,8 @@ discovery_env() {
 sglang_cpu_env() {
     WORKER_ENV=(env SGLANG_USE_CPU_ENGINE=1)
     if ! "$PYTHON" -c 'import sgl_kernel' 2>/dev/null; then
-        ((DRY_RUN)) || log "sgl_kernel is not installed: using the test-only stand-ins in tests/sglang_cpu"
-        WORKER_ENV+=("PYTHONPATH=$REPO_ROOT/tests/sglang_cpu${PYTHONPATH:+:$PYTHONPATH}")
+        ((DRY_RUN)) || log "sgl_kernel is not installed: using the test-only stand-ins in tests/support/sglang_cpu"
+        WORKER_ENV+=("PYTHONPATH=$REPO_ROOT/tests/support/sglang_cpu${PYTHONPATH:+:$PYTHONPATH}")
     fi
 }
 

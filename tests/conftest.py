@@ -7,8 +7,8 @@ import pytest
 
 from harness.services import Services
 from harness.topology import Stack
-from tests.models import model_path
-from tests.topologies import start_topology
+from tests.support.models import model_path
+from tests.support.topologies import start_topology
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,7 @@ def tokenizer(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Stack]]:
-    """Starts the standard topology (`tests/topologies.py`) for this module's tests, in a fresh
+    """Starts the standard topology (`tests/support/topologies.py`) for this module's tests, in a fresh
     directory named after `name`; every one it started is stopped after them."""
     stacks: list[Stack] = []
 

@@ -1,7 +1,7 @@
 """Fixtures for end-to-end tests: real frontend, real workers on the CPU engine or on the real
 SGLang engine (SGLang's own CPU path), real NIXL.
 
-Topologies (`tests/topologies.py`) are started once per test module and shared by its tests: one
+Topologies (`tests/support/topologies.py`) are started once per test module and shared by its tests: one
 with the frontend tokenizing (Tokens mode; once per orchestration style, so the module's checks
 hold for both), one with the workers tokenizing (Text mode, decode-orchestrated: the frontend
 orchestrates only Tokens-mode models). The
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from harness.topology import Stack
-from tests.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
+from tests.support.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
 
 
 @pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],

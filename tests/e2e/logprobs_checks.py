@@ -11,7 +11,7 @@ import httpx
 
 from tests.e2e.client import chat, completion, user
 from tests.e2e.transformers_ref import greedy_logprobs
-from tests.topologies import AGG, DISAGG
+from tests.support.topologies import AGG, DISAGG
 
 TOL = 1e-4  # the frontend renders logprobs as float32
 TOP = 3

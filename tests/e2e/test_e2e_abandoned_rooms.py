@@ -21,7 +21,7 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import chat, user
-from tests.topologies import (
+from tests.support.topologies import (
     DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_topology,
     start_topology,
 )

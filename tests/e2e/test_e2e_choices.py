@@ -13,7 +13,7 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import chat, completion, user
-from tests.topologies import ENGINE_ARGS
+from tests.support.topologies import ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -20,7 +20,7 @@ import pytest
 from harness.services import Services
 from harness.topology import Stack, wait_until
 from tests.e2e.client import chat, user
-from tests.topologies import AGG, DISAGG, ENGINE_ARGS, start_decode, start_prefill
+from tests.support.topologies import AGG, DISAGG, ENGINE_ARGS, start_decode, start_prefill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -11,7 +11,7 @@ import pytest
 
 from harness.kv_routing import WORKERS, prefix_cache_stats, start_kv_routed
 from tests.e2e.client import completion
-from tests.topologies import ENGINE_ARGS
+from tests.support.topologies import ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -1,4 +1,4 @@
-"""The workers' Prometheus metrics (`components/metrics.py`) on the real standard topology,
+"""The workers' Prometheus metrics (`components/worker/metrics.py`) on the real standard topology,
 scraped from each worker's system port (`/metrics` on DYN_SYSTEM_PORT) before, during and after
 a burst of disaggregated requests: the counts match what was sent, the KV pages in use rise
 during the load and come back to 0 (free = total) after, and the prefill counts one KV WRITE
@@ -16,7 +16,7 @@ from harness.topology import Proc, wait_until
 from harness.worker_metrics import Samples
 from harness.worker_metrics import scrape as scrape_port
 from tests.e2e.client import post, user
-from tests.topologies import CONTEXT_LENGTH, DISAGG
+from tests.support.topologies import CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

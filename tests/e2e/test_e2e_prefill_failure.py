@@ -19,7 +19,7 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import error_message, post, user
-from tests.topologies import (
+from tests.support.topologies import (
     DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED, PREFILL_WAIT_S, start_prefill,
 )
 

@@ -18,10 +18,10 @@ import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
 from tests.e2e.logprobs_checks import check_chat
-from tests.topologies import AGG, CONTEXT_LENGTH, SGLANG, start_sglang_topology
+from tests.support.topologies import AGG, CONTEXT_LENGTH, SGLANG, start_sglang_topology
 from harness.topology import wait_until
 from tests.e2e.transformers_ref import greedy_ids
-from tests.structured_schemas import BAD_SCHEMA, SCHEMAS, assert_valid, structured_body
+from tests.support.structured_schemas import BAD_SCHEMA, SCHEMAS, assert_valid, structured_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

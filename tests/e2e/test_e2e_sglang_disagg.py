@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
-from tests.topologies import (
+from tests.support.topologies import (
     AGG, DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_topology,
 )
 from harness.topology import wait_until
-from tests.structured_schemas import SCHEMAS, assert_valid, structured_body
+from tests.support.structured_schemas import SCHEMAS, assert_valid, structured_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -20,7 +20,7 @@ import pytest
 
 from harness.topology import wait_until
 from tests.e2e.client import post, stream, user
-from tests.topologies import (
+from tests.support.topologies import (
     DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_prefill,
     start_sglang_topology,
 )

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.e2e.client import user
-from tests.topologies import SGLANG, start_sglang_topology
+from tests.support.topologies import SGLANG, start_sglang_topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

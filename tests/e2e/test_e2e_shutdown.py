@@ -20,7 +20,7 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import stream, user
-from tests.topologies import ENGINE_ARGS, SGLANG_ENGINE_ARGS
+from tests.support.topologies import ENGINE_ARGS, SGLANG_ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.client import chat, completion, error_message, post, stream, user
-from tests.structured_schemas import BAD_SCHEMA, SCHEMAS, WHITESPACE_ARGS, assert_valid
-from tests.topologies import AGG, DISAGG
+from tests.support.structured_schemas import BAD_SCHEMA, SCHEMAS, WHITESPACE_ARGS, assert_valid
+from tests.support.topologies import AGG, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
 from tests.e2e.logprobs_checks import check_chat
-from tests.topologies import AGG, CONTEXT_LENGTH, DISAGG
+from tests.support.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -22,7 +22,7 @@ import pytest
 from harness.topology import Stack, wait_until
 from harness.worker_metrics import PREFIX, attached_pids, scrape, system_port_of
 from tests.e2e.client import chat, error_message, post, stream, user
-from tests.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
+from tests.support.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -77,7 +77,7 @@ def body(model: str, content: str, **extra) -> dict:
 
 
 def served(port: int) -> float:
-    """Successful requests a process answered: its own `/metrics` (components/metrics.py)."""
+    """Successful requests a process answered: its own `/metrics` (components/worker/metrics.py)."""
     return scrape(port)[(PREFIX + "requests_total", "success")]
 
 

@@ -14,7 +14,7 @@ import pytest
 from harness.topology import wait_until
 from tests.e2e.client import chat, completion, error_message, post, stream, user
 from tests.e2e.logprobs_checks import check_chat, check_completions
-from tests.topologies import (
+from tests.support.topologies import (
     AGG, CONTEXT_LENGTH, DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED,
 )
 
@@ -116,7 +116,7 @@ def test_stop_string_ends_the_stream_before_it(tokens_stack, http):
 @pytest.fixture(scope="module")
 def ref_engine(tiny_model_path):
     """The CPU engine in this process, aggregated: the reference for greedy token ids."""
-    from components.engine.engine import CpuEngine
+    from components.engine.api.engine import CpuEngine
 
     engine = CpuEngine(model_path=tiny_model_path, skip_tokenizer_init=True,
                     context_length=CONTEXT_LENGTH, max_total_tokens=8192)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.topologies import AGG, DISAGG
+from tests.support.topologies import AGG, DISAGG
 from tests.fuzz.probes import (
     DURATION_S,
     REQUEST_TIMEOUT_S,

@@ -15,10 +15,10 @@ import time
 import msgspec
 import pytest
 
-from components.engine.kv_transport import peers, prefill_side
+from components.engine.disagg.transport import peers, prefill_side
 from harness.transport_side import TransportSide
 from protocol.kv_side_channel import MAX_MESSAGE_BYTES, Abort, Hello, Register
-from tests.kv_rogue import HOST, Rogue, RogueAgent
+from tests.support.kv_rogue import HOST, Rogue, RogueAgent
 
 SECONDS = float(os.environ.get("FUZZ_DURATION_S") or 8)
 SEED = int(os.environ.get("FUZZ_SEED", "9"))

@@ -11,7 +11,7 @@ import pytest
 from harness.topology import Stack
 from tests.fuzz import runner
 from tests.fuzz.cases import EXTREME, TOKENS_CASES
-from tests.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
+from tests.support.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIMEOUT_S)]
 

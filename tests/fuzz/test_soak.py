@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from harness.topology import Stack, wait_until
-from tests.topologies import (
+from tests.support.topologies import (
     DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED, PREFILL_WAIT_S, SGLANG, start_decode,
     start_prefill, start_sglang_decode, start_sglang_prefill, start_sglang_topology,
 )

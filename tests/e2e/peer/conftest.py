@@ -1,4 +1,4 @@
-"""Fixtures of the peer-compatibility suite: the standard topology (`tests/topologies.py`), one
+"""Fixtures of the peer-compatibility suite: the standard topology (`tests/support/topologies.py`), one
 stack per mode shared by every module of this package, and the two models it serves.
 
 `stack` is parametrized over the two modes (Tokens: the frontend tokenizes; Text: the workers
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from harness.topology import Stack
-from tests.topologies import AGG, DISAGG, start_topology
+from tests.support.topologies import AGG, DISAGG, start_topology
 
 MODES = {"tokens": True, "text": False}  # mode -> --skip-tokenizer-init
 
@@ -56,8 +56,8 @@ def greedy_ids(tiny_model_path, tokenizer):
     """Greedy token ids of the tiny model for a chat body, from the CPU engine in this process
     (aggregated, the same weights as every worker): the answer's ids, which neither mode's HTTP
     answer shows (re-encoding the text does not give them back)."""
-    from components.engine.engine import CpuEngine
-    from tests.topologies import CONTEXT_LENGTH
+    from components.engine.api.engine import CpuEngine
+    from tests.support.topologies import CONTEXT_LENGTH
 
     engine = CpuEngine(model_path=tiny_model_path, skip_tokenizer_init=True,
                        context_length=CONTEXT_LENGTH, max_total_tokens=8192)

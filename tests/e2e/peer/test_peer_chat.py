@@ -7,7 +7,7 @@ import pytest
 
 from tests.e2e.client import chat, post
 from tests.e2e.peer.wire import MAX_TOKENS, SYSTEM, chat_body, chunks, content_of
-from tests.topologies import AGG, CONTEXT_LENGTH, DISAGG
+from tests.support.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.client import chat, completion, post
 from tests.e2e.peer.wire import MAX_TOKENS, chat_body, chunks, content_of, error_body
-from tests.topologies import AGG, DISAGG
+from tests.support.topologies import AGG, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.client import chat, post, user
 from tests.e2e.peer.wire import chat_body, error_body
-from tests.topologies import CONTEXT_LENGTH
+from tests.support.topologies import CONTEXT_LENGTH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -1,0 +1,31 @@
+"""What registration advertises about an engine, whichever engine runs, and which one can run
+(read without importing either)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    context_length: int
+    max_total_num_tokens: int
+    max_running_requests: int | None
+    page_size: int
+    # Tokens the engine keeps per request on top of prompt + output (speculative decoding's
+    # draft tokens): requests get context_length - reserved_tokens.
+    reserved_tokens: int = 0
+    # The engine aborts a request at any stage, also before it reached the scheduler (SGLang:
+    # components/backends/sglang_aborts.py installed), so the worker may advertise
+    # disagg_prefill_cancel_anytime_v1.
+    cancel_anytime: bool = True
+
+    @property
+    def request_token_limit(self) -> int:
+        return self.context_length - self.reserved_tokens
+
+
+def sglang_on_cpu() -> bool:
+    """SGLang's own switch for its CPU path (read by SGLang itself at import time too)."""
+    return os.environ.get("SGLANG_USE_CPU_ENGINE", "").lower() in ("1", "true")

@@ -1,0 +1,17 @@
+"""The CPU engine's KV transport: prefill -> decode KV pages over NIXL, rooms met through the
+prefill's bootstrap server. The engine uses only what this module exports; ``transport.py``
+documents the protocol and when the engine may free pages."""
+
+from components.engine.disagg.transport.events import (
+    Event,
+    KVArrived,
+    RoomReleased,
+    TransferDone,
+    TransferFailed,
+)
+from components.engine.disagg.transport.peering import Peering, engine_peering
+from components.engine.disagg.transport.runs import Run
+from components.engine.disagg.transport.transport import KVTransport
+
+__all__ = ["KVTransport", "Run", "Event", "KVArrived", "RoomReleased", "TransferDone",
+           "TransferFailed", "Peering", "engine_peering"]

@@ -1,0 +1,249 @@
+"""Decode side of the KV transport: register destination runs, wait for the WRITE, release safely.
+
+A room is WAITING until the prefill's NIXL notification arrives (``KVArrived``) or it fails
+(``TransferFailed``). A failed or aborted room is RELEASING until no prefill can write into its
+pages any more (``RoomReleased``): the prefill acknowledged, or aborted the room itself, or its
+connection dropped, or it refused our Hello, or it never connected, or a grace of
+``transfer_timeout`` passed. A prefill that said ``Holding`` (a WRITE NIXL will not let go of)
+replaces that grace by the long holding backstop.
+
+A notification counts only if it comes from the agent the room's prefill named in its
+``Welcome`` (checked with the secret's HMAC when one is set); one that comes before the Welcome
+is kept with its room until the Welcome says whether it counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from components.engine.disagg.transport.auth import welcome_ok
+from components.engine.disagg.transport.bootstrap import Endpoint
+from components.engine.disagg.transport.bootstrap_client import BootstrapClient
+from components.engine.disagg.transport.events import (
+    HOLD_BACKSTOP_FACTOR,
+    Event,
+    KVArrived,
+    RoomReleased,
+    TransferFailed,
+)
+from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
+from components.engine.disagg.transport.peers import Throttle
+from components.engine.disagg.transport.runs import Run
+from protocol.kv_side_channel import (
+    MAX_NOTIF_BYTES, Abort, AbortAck, Holding, KVNotif, Refused, Register, Welcome, Written,
+    notif_decoder,
+)
+
+logger = logging.getLogger(__name__)
+
+_MAX_EARLY = 4
+
+
+@dataclass
+class _Room:
+    room: int
+    rid: str
+    endpoint: Endpoint
+    deadline: float  # WAITING: KV deadline; RELEASING: grace deadline
+    since: float  # when the current state began
+    releasing: bool = False
+    held: bool = False  # the prefill said a WRITE of it may still land
+    # Notifications that came before the Welcome (a few: a stranger's must not hide the real one)
+    early: list[tuple[str, KVNotif]] = field(default_factory=list)
+
+
+class DecodeSide:
+    def __init__(self, nixl: NixlEndpoint, client: BootstrapClient, transfer_timeout: float,
+                 emit: Callable[[Event], None], secret: bytes | None = None,
+                 throttle: Throttle | None = None) -> None:
+        self._nixl = nixl
+        self._client = client
+        self._transfer_timeout = transfer_timeout
+        self._emit = emit
+        self._secret = secret
+        self._throttle = throttle or Throttle()
+        self._rooms: dict[int, _Room] = {}
+        self._prefills: dict[Endpoint, str] = {}  # endpoint -> its NIXL agent (from Welcome)
+
+    # --- engine calls -------------------------------------------------------------------------
+    def add_decode(self, room: int, host: str, port: int, runs: list[Run], rid: str) -> None:
+        if room in self._rooms:
+            raise ValueError(f"room {room} is already registered")
+        valid_port = isinstance(port, int) and 0 < port < 65536
+        if not isinstance(host, str) or not host or not valid_port:
+            raise ValueError(f"room {room}: invalid bootstrap address {host!r}:{port!r}")
+        self._nixl.check_local(runs, f"room {room} (rid {rid})")
+        now = time.monotonic()
+        r = _Room(room, rid, (host, port), now + self._transfer_timeout, now)
+        self._rooms[room] = r
+        if not self._client.send(r.endpoint, Register(room, self._nixl.name, list(runs))):
+            self._fail(r, f"could not reach the prefill bootstrap server {host}:{port}")
+
+    def abort(self, room: int, message: str, invalid: bool = False) -> None:
+        r = self._rooms.get(room)
+        if r is not None and not r.releasing:
+            logger.info("room %s (rid %s): aborted locally: %s", room, r.rid, message)
+            self._start_release(r, message)
+
+    def abort_unregistered(self, room: int, host: str, port: int, message: str) -> None:
+        """A room this engine gave up before registering it: tell its prefill now, so the
+        prefill frees its pages at once instead of when its bootstrap wait runs out. No pages
+        were offered, so nothing waits for the answer."""
+        if room in self._rooms:
+            self.abort(room, message)
+        else:
+            self._client.send((host, port), Abort(room, self._nixl.name, message))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._rooms)
+
+    def progress_since(self) -> float | None:
+        """Start of the newest pending room, or None: while any room is pending, UCX wire-up
+        and notifications need this (passive) side to progress too."""
+        return max((r.since for r in self._rooms.values()), default=None)
+
+    def next_deadline(self) -> float | None:
+        return min((r.deadline for r in self._rooms.values()), default=None)
+
+    # --- inputs -------------------------------------------------------------------------------
+    def on_message(self, endpoint: Endpoint, msg) -> None:
+        if isinstance(msg, Written):
+            return  # a wake-up only: the poll's progress() right after reads the notification
+        if isinstance(msg, (Welcome, Refused)):
+            self._on_greeting(endpoint, msg)
+            return
+        r = self._rooms.get(msg.room)
+        if r is None or r.endpoint != endpoint:
+            logger.debug("room %s: late %s from %s:%s ignored",
+                         msg.room, type(msg).__name__, *endpoint)
+            return
+        if isinstance(msg, Holding):
+            r.held = True
+            if r.releasing:
+                r.deadline = r.since + HOLD_BACKSTOP_FACTOR * self._transfer_timeout
+            return
+        if isinstance(msg, Abort) and not r.releasing:
+            # The prefill sends Abort only once none of its WRITEs of the room is in flight.
+            why = msg.message if msg.invalid else f"prefill aborted the KV transfer: {msg.message}"
+            self._emit(TransferFailed(r.room, why, msg.invalid))
+        elif isinstance(msg, AbortAck) and not r.releasing:
+            return
+        self._release(r)
+
+    def _on_greeting(self, endpoint: Endpoint, msg: Welcome | Refused) -> None:
+        if isinstance(msg, Welcome) and welcome_ok(self._secret,
+                                                   self._client.hello_nonce(endpoint) or b"", msg):
+            self._prefills[endpoint] = msg.agent_name
+            for r in [r for r in self._rooms.values() if r.endpoint == endpoint and r.early]:
+                early, r.early = r.early, []
+                for agent, notif in early:
+                    self._on_notif(r, agent, notif)
+            return
+        if isinstance(msg, Welcome):
+            reason = "its welcome is not signed with our side-channel secret"
+        else:
+            reason = msg.reason
+        logger.warning("KV side channel: prefill %s:%s refused or failed the handshake: %s",
+                       *endpoint, reason)
+        # It never loaded our metadata, so nothing of it can write into these pages.
+        self._client.forget(endpoint)
+        self._lose(endpoint, f"prefill {endpoint[0]}:{endpoint[1]} refused this decode: {reason}")
+
+    def on_disconnect(self, endpoint: Endpoint) -> None:
+        self._lose(endpoint, f"lost the connection to the prefill bootstrap server "
+                             f"{endpoint[0]}:{endpoint[1]}")
+
+    def _lose(self, endpoint: Endpoint, message: str) -> None:
+        self._prefills.pop(endpoint, None)
+        for r in [r for r in self._rooms.values() if r.endpoint == endpoint]:
+            if not r.releasing:
+                self._emit(TransferFailed(r.room, message))
+            self._release(r)
+
+    def progress(self, now: float) -> None:
+        for agent, raw in self._nixl.notifs():
+            try:
+                if len(raw) > MAX_NOTIF_BYTES:
+                    raise msgspec.DecodeError(f"{len(raw)} bytes is over the limit")
+                notif = notif_decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                self._throttle.warn("notif", "dropped a malformed NIXL notification from %r: %s",
+                                    agent, exc)
+                continue
+            r = self._rooms.get(notif.room)
+            if r is None:
+                logger.debug("room %s: late KV notification ignored", notif.room)
+            else:
+                self._on_notif(r, agent, notif)
+        for r in list(self._rooms.values()):
+            if r.deadline > now:
+                continue
+            if r.releasing:
+                logger.warning("room %s: prefill never acknowledged the abort; releasing "
+                               "after %g s", r.room, now - r.since)
+                if r.held:
+                    logger.error("room %s: releasing pages the prefill said a WRITE may still "
+                                 "reach, after %g s", r.room, now - r.since)
+                self._release(r)
+            else:
+                msg = (f"timed out waiting for KV of room {r.room} from prefill "
+                       f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s")
+                self._fail(r, msg)
+
+    def _on_notif(self, r: _Room, agent: str, notif: KVNotif) -> None:
+        owner = self._prefills.get(r.endpoint)
+        if owner is None:  # the Welcome naming the owner is still on its way
+            if len(r.early) < _MAX_EARLY:
+                r.early.append((agent, notif))
+            return
+        if agent != owner:
+            self._throttle.warn("notif-agent", "room %s: ignored a KV notification from agent %r; "
+                                "the room's prefill is %r", r.room, agent, owner)
+        elif r.room not in self._rooms:
+            return  # an earlier notification of the batch already ended it
+        elif r.releasing:
+            # The notification follows the data: the WRITE is over, the pages are free.
+            self._release(r)
+        else:
+            del self._rooms[r.room]
+            self._emit(KVArrived(r.room, notif.first_token, notif.logprob))
+
+    # --- endings ------------------------------------------------------------------------------
+    def _fail(self, r: _Room, message: str) -> None:
+        logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
+        self._emit(TransferFailed(r.room, message))
+        self._start_release(r, message)
+
+    def _start_release(self, r: _Room, message: str) -> None:
+        """Ask the prefill to stop; keep the pages until it acknowledges (or the grace ends)."""
+        r.releasing = True
+        r.since = time.monotonic()
+        grace = self._transfer_timeout * (HOLD_BACKSTOP_FACTOR if r.held else 1)
+        r.deadline = r.since + grace
+        sent = self._client.send(r.endpoint, Abort(r.room, self._nixl.name, message))
+        if not sent:
+            self._release(r)
+        elif not self._client.was_connected(r.endpoint) and not self._shares_endpoint(r):
+            # The Register may still sit in the socket's queue: closing the socket (linger 0)
+            # drops it, so no prefill can ever write into these pages.
+            self._client.forget(r.endpoint)
+            self._prefills.pop(r.endpoint, None)
+            self._release(r)
+        # Otherwise the prefill may have the Register (or get it before the queued Abort):
+        # keep the pages until it acknowledges, or the grace ends.
+
+    def _shares_endpoint(self, r: _Room) -> bool:
+        return any(o.endpoint == r.endpoint for o in self._rooms.values() if o is not r)
+
+    def _release(self, r: _Room) -> None:
+        if self._rooms.pop(r.room, None) is not None:
+            self._emit(RoomReleased(r.room))
+
+    def close(self) -> None:
+        self._rooms.clear()

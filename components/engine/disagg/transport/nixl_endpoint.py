@@ -1,0 +1,166 @@
+"""One NIXL agent (UCX backend, DRAM) with the engine's KV pool registered once.
+
+The agent is created WITHOUT NIXL's progress thread: with it, the Python wrapper hardcodes a
+zero delay and the idle thread spins a whole core (measured on 2-core machines). UCX is instead
+progressed by the owner's calls to ``state()`` (initiator) and ``notifs()`` (target), which the
+transport makes from its ``poll()`` whenever a room is pending.
+
+The UCX backend is created with ``ucx_error_handling_mode`` from ``Peering`` ("none" by
+default). Under NIXL's default, "peer", the WRITE's flush does not complete until the *target*
+has progressed UCX after the post (measured: against a target that does not progress, the
+initiator stays PROC indefinitely), and NIXL posts the notification only once the flush is done,
+so both wait for the decode's next poll (1 ms slices, or a whole decode step while it computes);
+the first WRITE to a peer took 13.7-14.7 ms. Under "none" the puts, the flush and the
+notification all complete inside ``transfer()``, the first WRITE included (0.7-0.8 ms;
+bench_kv_transfer). A dead peer on this host failed the WRITE (NIXL_ERR_REMOTE_DISCONNECT) in
+both modes; UCX guarantees that only under "peer", the better choice for RDMA between nodes.
+UCX refuses to connect endpoints whose modes differ, so the Hello carries the mode.
+
+No UCX environment is set here: on one host UCX's own choice already moves the WRITE with its
+``cma`` transport and only the notification over tcp (``UCX_PROTO_INFO=y``: put "zero-copy
+cma/memory" at every size, active messages "tcp/lo"). ``cma`` makes one ``process_vm_writev``
+per descriptor (strace: 64 calls of one iovec each for a 64-run room), which is what bounds a
+WRITE here; ``UCX_TLS=cma,tcp,self`` measured the same bandwidth, shared-memory-only choices
+fail to create the backend, ``NIXL_UCX_SGL_ENABLE=1`` gained nothing, and a user's ``UCX_TLS`` /
+``UCX_NET_DEVICES`` (other hosts, RDMA) stays theirs. The pool's huge pages (``host_memory.py``)
+make each of those kernel copies cheaper.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from components.engine.disagg.transport.runs import Run, check_within
+
+logger = logging.getLogger(__name__)
+
+
+def _nixl_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes NIXL calls raise (nixlBackendError, nixlNotFoundError, ...)."""
+    import nixl
+
+    found = tuple(
+        obj for name, obj in vars(nixl).items()
+        if name.startswith("nixl") and isinstance(obj, type) and issubclass(obj, Exception)
+    )
+    return found or (RuntimeError,)
+
+
+class NixlEndpoint:
+    """The process's NIXL agent plus the registered pool; used on one thread only."""
+
+    def __init__(self, name: str, pool: torch.Tensor, ucx_error_handling: str = "none") -> None:
+        if not isinstance(pool, torch.Tensor) or pool.device.type != "cpu":
+            raise ValueError("the KV pool must be a CPU torch tensor")
+        if not pool.is_contiguous() or pool.numel() == 0:
+            raise ValueError(
+                "the KV pool must be a non-empty contiguous tensor (NIXL registers it whole)")
+        from nixl import nixl_agent, nixl_agent_config
+
+        self.errors = _nixl_errors()
+        config = nixl_agent_config(enable_prog_thread=False, enable_listen_thread=False,
+                                   backends=[])
+        self._agent = nixl_agent(name, config)
+        try:
+            self._agent.create_backend("UCX", {"ucx_error_handling_mode": ucx_error_handling})
+        except self.errors as exc:
+            raise RuntimeError(f"NIXL could not create its UCX backend ({exc}); KV transfer "
+                               "is impossible") from exc
+        if "UCX" not in self._agent.backends:
+            raise RuntimeError("NIXL could not create its UCX backend; KV transfer is impossible")
+        self.name = name
+        self.ucx_error_handling = ucx_error_handling
+        self._pool = pool  # keeps the registered memory alive
+        self.base = pool.data_ptr()
+        self.nbytes = pool.numel() * pool.element_size()
+        self._reg = self._agent.register_memory(pool)
+        self._peers: dict[str, bytes] = {}
+        self._closed = False
+        logger.info("NIXL agent %s registered %.1f MiB of KV pool", name, self.nbytes / 2**20)
+
+    @property
+    def metadata(self) -> bytes:
+        return self._agent.get_agent_metadata()
+
+    def check_local(self, runs: list[Run], what: str) -> None:
+        check_within(runs, self.base, self.nbytes, what)
+
+    # --- peers --------------------------------------------------------------------------------
+    def add_peer(self, expected_name: str, metadata: bytes) -> None:
+        """Load a peer's metadata; raises one of ``self.errors`` or ValueError if unusable.
+
+        The caller (peers.py) decides who may use a name; NIXL itself refuses new metadata under
+        a loaded name, so a known peer is never replaced here."""
+        if self._peers.get(expected_name) == metadata:
+            return
+        loaded = self._agent.add_remote_agent(metadata)
+        loaded = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+        if loaded != expected_name:
+            # Metadata of another agent: unload it only if this call loaded it (a replay of a
+            # known peer's metadata must not disconnect that peer).
+            if loaded not in self._peers:
+                self._agent.remove_remote_agent(loaded)
+            raise ValueError(
+                f"peer said it is agent {expected_name!r} but its metadata names {loaded!r}")
+        self._peers[expected_name] = metadata
+
+    def has_peer(self, name: str) -> bool:
+        return name in self._peers
+
+    def remove_peer(self, name: str) -> None:
+        if self._peers.pop(name, None) is None:
+            return
+        try:
+            self._agent.remove_remote_agent(name)
+        except self.errors as exc:
+            logger.warning("NIXL: removing peer %s failed: %s", name, exc)
+
+    # --- transfers ----------------------------------------------------------------------------
+    def write(self, peer: str, src: list[Run], dst: list[Run], notif: bytes):
+        """Post a WRITE of ``src`` (local) into ``dst`` (peer memory); returns (handle, state)."""
+        local = self._agent.get_xfer_descs([(a, n, 0) for a, n in src], "DRAM")
+        remote = self._agent.get_xfer_descs([(a, n, 0) for a, n in dst], "DRAM")
+        handle = self._agent.initialize_xfer("WRITE", local, remote, peer, notif)
+        try:
+            state = self._agent.transfer(handle)
+        except self.errors:
+            self.release(handle)
+            raise
+        return handle, state
+
+    def state(self, handle) -> str:
+        """"DONE", "PROC" or "ERR"; also progresses UCX."""
+        try:
+            return self._agent.check_xfer_state(handle)
+        except self.errors as exc:
+            logger.warning("NIXL: transfer state check failed: %s", exc)
+            return "ERR"
+
+    def release(self, handle) -> bool:
+        """Free a handle; an active one is cancelled. False if NIXL refused (still active)."""
+        try:
+            self._agent.release_xfer_handle(handle)
+            return True
+        except self.errors as exc:
+            logger.warning("NIXL: could not release transfer handle: %s", exc)
+            return False
+
+    def notifs(self) -> list[tuple[str, bytes]]:
+        """New notifications as (sending agent, message); also progresses UCX on the passive
+        side. The sender is the name of the agent NIXL received it from (a connection a peer
+        can make only with our metadata, which only the prefills we registered with have)."""
+        got = self._agent.get_new_notifs()
+        return [(str(agent), msg) for agent, msgs in got.items() for msg in msgs]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for name in list(self._peers):
+            self.remove_peer(name)
+        try:
+            self._agent.deregister_memory(self._reg)
+        except self.errors as exc:
+            logger.warning("NIXL: deregistering the KV pool failed: %s", exc)

@@ -1,0 +1,251 @@
+"""KVTransport: the CPU engine's prefill -> decode KV transfer (side channel + NIXL WRITE).
+
+Created, used and closed on the engine thread only; nothing here blocks longer than the
+``poll(timeout_s)`` the engine asks for. Flow (SGLang's NIXL PD protocol in spirit):
+
+- prefill binds the bootstrap server (ZMQ ROUTER, msgpack) on ``tcp://host:bootstrap_port``;
+- decode, per room, connects to that server (one DEALER per prefill, ``hello`` with its NIXL
+  agent metadata once per peer) and registers the room's destination runs;
+- once the prefill has both the room's local KV (``add_prefill``) and the registration, in either
+  order, it posts one NIXL WRITE carrying a notification ``{room, first_token, logprob?}`` (msgpack);
+- decode's ``poll`` sees the notification: ``KVArrived``; prefill's ``poll`` sees DONE:
+  ``TransferDone``.
+
+Who may speak (``peers.py``, ``auth.py``): the prefill binds each decode agent name to the ZMQ
+connection whose Hello introduced it (until that connection drops) and answers ``Welcome`` with
+its own agent name, or ``Refused`` with a reason. Only that connection may register rooms for
+the name, only inside the pool its Hello declared, and only the connection that registered a
+room may abort it. Decode accepts a room's NIXL notification only from the agent named in the
+Welcome of the room's connection. The Hello carries the caller's ``KVLayout`` (``Peering``):
+unequal layouts are refused, so decode's rooms fail naming both. With a shared secret every
+Hello (and Welcome) carries an HMAC; without one (the default) peers are not authenticated,
+which is fine only while the bootstrap server is reachable from trusted hosts alone (a WARNING
+says so when it binds beyond loopback). Frames over ``MAX_MESSAGE_BYTES`` are dropped before
+decoding; every per-peer table is capped (``counters`` shows their sizes).
+
+When the engine may free pages (the contract):
+
+- **prefill**: each ``add_prefill`` room ends with exactly one ``TransferDone`` or
+  ``TransferFailed`` (also after ``abort``), emitted only when no WRITE of it is in flight.
+  Free the source pages on either.
+- **decode**: ``KVArrived`` hands the pages to the request (freed when the request finishes).
+  ``TransferFailed`` ends the request but the pages stay reserved: free them on ``RoomReleased``,
+  which follows every ``TransferFailed`` and every ``abort(room)`` of a room still pending
+  (the prefill acknowledged the abort, aborted itself, its connection dropped, it never
+  connected, or ``transfer_timeout`` passed). ``abort`` emits no ``TransferFailed``.
+- **both**: a WRITE that timed out but that NIXL will not release may still land. The prefill
+  keeps the room (no ``TransferFailed``) and tells decode ``Holding``, so decode's
+  ``RoomReleased`` waits for the prefill's ``Abort``/``AbortAck``; both give up after
+  ``HOLD_BACKSTOP_FACTOR * transfer_timeout`` with an ERROR.
+
+Interface notes (changes to the task's sketch): source and destination runs need only the same
+total size, not the same count (see runs.py); invalid local runs or a duplicate room
+raise ValueError at the call; ``bootstrap_port`` None or 0 binds a free port (``.bootstrap_port``);
+``peering`` (layout and secret) defaults to none of either, for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import os
+import time
+import uuid
+
+import torch
+import zmq
+
+from components.engine.disagg.transport.auth import sign_hello
+from components.engine.disagg.transport.bootstrap import BootstrapServer
+from components.engine.disagg.transport.bootstrap_client import BootstrapClient
+from components.engine.disagg.transport.decode_side import DecodeSide
+from components.engine.disagg.transport.events import Event
+from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
+from components.engine.disagg.transport.peering import Peering
+from components.engine.disagg.transport.peers import Throttle
+from components.engine.disagg.transport.prefill_side import PrefillSide
+from components.engine.disagg.transport.prefill_writes import TransferTotals
+from components.engine.disagg.transport.runs import Run
+from protocol.kv_side_channel import FirstLogprob, Hello
+
+__all__ = ["KVTransport"]
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("prefill", "decode")
+# While NIXL work is pending, wait on ZMQ in 1 ms slices (its finest timeout) between UCX
+# progress calls: an arrived notification waits at most one slice for decode to see it (slices
+# that grew with the wait, up to 5 ms, could hold it that long).
+_SLICE_S = 0.001
+
+
+class KVTransport:
+    def __init__(self, pool: torch.Tensor, role: str, host: str, bootstrap_port: int | None,
+                 bootstrap_timeout: float, transfer_timeout: float,
+                 agent_name: str | None = None, peering: Peering | None = None) -> None:
+        if role not in ROLES:
+            raise ValueError(f"KV transport role must be one of {ROLES}, got {role!r}")
+        for name, value in (("bootstrap_timeout", bootstrap_timeout),
+                            ("transfer_timeout", transfer_timeout)):
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(host, str) or not host:
+            raise ValueError("host must be a non-empty address")
+        self.role = role
+        self._events: list[Event] = []
+        self._closed = False
+        name = agent_name or f"{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        peering = peering or Peering()
+        throttle = Throttle()
+        self._nixl = NixlEndpoint(name, pool, peering.ucx_error_handling)
+        self._ctx = zmq.Context()
+        self._poller = zmq.Poller()
+        self._server: BootstrapServer | None = None
+        self._client: BootstrapClient | None = None
+        try:
+            if role == "prefill":
+                self._server = BootstrapServer(self._ctx, host, bootstrap_port, throttle)
+                self._poller.register(self._server.socket, zmq.POLLIN)
+                self._poller.register(self._server.monitor, zmq.POLLIN)
+                self._side = PrefillSide(self._nixl, self._server, float(bootstrap_timeout),
+                                         float(transfer_timeout), self._events.append,
+                                         peering.layout, peering.secret, throttle)
+                _warn_if_exposed(host, peering)
+            else:
+                hello = Hello(agent_name=name, agent_metadata=self._nixl.metadata,
+                              pool_base=self._nixl.base, pool_bytes=self._nixl.nbytes,
+                              layout=peering.layout,
+                              ucx_error_handling=peering.ucx_error_handling)
+                self._client = BootstrapClient(self._ctx, self._poller,
+                                               lambda: sign_hello(peering.secret, hello), throttle)
+                self._side = DecodeSide(self._nixl, self._client, float(transfer_timeout),
+                                        self._events.append, peering.secret, throttle)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def agent_name(self) -> str:
+        return self._nixl.name
+
+    @property
+    def bootstrap_port(self) -> int | None:
+        return self._server.port if self._server is not None else None
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Prefill: sizes of the tables peers can grow (all capped); decode: empty."""
+        return dict(getattr(self._side, "counters", {}))
+
+    @property
+    def transfer_totals(self) -> TransferTotals | None:
+        """Prefill: completed WRITEs (count, bytes, seconds; ``prefill_writes.TransferTotals``);
+        decode: None."""
+        return getattr(self._side, "totals", None)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._events) or self._side.busy
+
+    # --- engine calls -------------------------------------------------------------------------
+    def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
+                    logprob: FirstLogprob | None = None) -> None:
+        self._require("prefill", "add_prefill")
+        # Read pending messages first: a decode abort that already arrived must win over a WRITE.
+        self._service(0.0)
+        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob)
+
+    def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
+                   runs: list[Run], rid: str) -> None:
+        self._require("decode", "add_decode")
+        self._side.add_decode(int(room), bootstrap_host, int(bootstrap_port), runs, rid)
+
+    def abort_unregistered(self, room: int, bootstrap_host: str, bootstrap_port: int,
+                           message: str = "Aborted") -> None:
+        """Decode: the engine gave ``room`` up before ``add_decode``; the prefill stops it."""
+        self._require("decode", "abort_unregistered")
+        self._side.abort_unregistered(int(room), bootstrap_host, int(bootstrap_port), message)
+
+    def abort(self, room: int, message: str = "Aborted", invalid: bool = False) -> None:
+        """``invalid`` (prefill): the request itself was refused, the client's error."""
+        if not self._closed:
+            self._side.abort(int(room), message, invalid)
+
+    def poll(self, timeout_s: float) -> list[Event]:
+        """Service the side channel and NIXL; return events, waiting at most ``timeout_s``."""
+        if self._closed:
+            return []
+        end = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            self._service(0.0 if self._events else self._wait_budget(end))
+            self._side.progress(time.monotonic())
+            if self._events or time.monotonic() >= end:
+                break
+        events, self._events[:] = list(self._events), []
+        return events
+
+    def close(self) -> None:
+        """Idempotent: cancel/release transfers, deregister the pool, close sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        side = getattr(self, "_side", None)
+        if side is not None:
+            side.close()
+        if self._server is not None:
+            self._server.close()
+        if self._client is not None:
+            self._client.close()
+        self._ctx.term()
+        self._nixl.close()
+        logger.info("KV transport %s closed", self._nixl.name)
+
+    # --- internals ----------------------------------------------------------------------------
+    def _require(self, role: str, call: str) -> None:
+        if self._closed:
+            raise RuntimeError("the KV transport is closed")
+        if self.role != role:
+            raise RuntimeError(f"{call} needs a {role} transport; this one is {self.role}")
+
+    def _wait_budget(self, end: float) -> float:
+        now = time.monotonic()
+        wait = end - now
+        deadline = self._side.next_deadline()
+        if deadline is not None:
+            wait = min(wait, deadline - now)
+        since = self._side.progress_since()
+        if since is not None:
+            wait = min(wait, _SLICE_S)
+        return max(0.0, wait)
+
+    def _service(self, wait_s: float) -> None:
+        if not self._poller.sockets:  # decode with no peer yet: zmq would return at once
+            time.sleep(wait_s)
+            return
+        # zmq takes whole milliseconds; round up so a short wait never becomes a busy spin.
+        ready = self._poller.poll(math.ceil(wait_s * 1000) if wait_s > 0 else 0)
+        if not ready:
+            return
+        if self._server is not None:
+            messages, dropped = self._server.recv_all()
+            for identity, msg in messages:
+                self._side.on_message(identity, msg)
+            for identity in dropped:
+                self._side.on_disconnect(identity)
+        else:
+            messages, dropped = self._client.recv_all()
+            for endpoint, msg in messages:
+                self._side.on_message(endpoint, msg)
+            for endpoint in dropped:
+                self._side.on_disconnect(endpoint)
+
+
+def _warn_if_exposed(host: str, peering: Peering) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not peering.secret:
+        logger.warning("KV bootstrap server listens on %s without a side-channel secret: any "
+                       "host that reaches it can register as a decode peer", host)

@@ -1,0 +1,251 @@
+"""Command line -> one frozen `WorkerConfig`.
+
+Flags come in two groups, as in Dynamo's own SGLang worker:
+- Dynamo flags (`--endpoint`, `--prefill-endpoint`, `--discovery-backend`, ...);
+- engine flags with SGLang's names. With `--engine sglang` the real `ServerArgs` parses them
+  (see `components.backends.sglang`); with the CPU engine the subset in `components.backends.cpu_flags`
+  does, with the same spellings, so one launch line works for both engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+from components.backends import cpu_flags
+from components.backends.factory import ENGINE_CHOICES, resolve_engine_kind
+from components.worker.hosts import is_wildcard
+from handlers.decode import DecodeConfig
+from handlers.frontend_disagg import ORCHESTRATORS
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = "dynamo"
+
+
+class WorkerMode(Enum):
+    AGGREGATED = "agg"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+    @classmethod
+    def from_disaggregation_mode(cls, value: str) -> "WorkerMode":
+        # SGLang spells aggregated as "null".
+        return {"null": cls.AGGREGATED, "prefill": cls.PREFILL, "decode": cls.DECODE}[value]
+
+
+@dataclass(frozen=True)
+class DynamoArgs:
+    endpoint: str  # "ns.component.endpoint", no dyn:// prefix
+    prefill_endpoint: str
+    migration_limit: int
+    discovery_backend: str
+    request_plane: str
+    prefill_wait_timeout: float  # bound on waiting for the prefill's first stream item
+    prefill_instance_timeout: float  # bound on waiting for a prefill instance at startup
+    debug_routes: bool  # expose /engine/kv_pages on the system port (tests, ops)
+    orchestrator: str = "frontend"  # who starts a disaggregated request's prefill
+    # Frontend-orchestrated prefill: end a leg whose room no decode claimed within this (0: never)
+    room_claim_timeout: float = 10.0
+
+    @property
+    def frontend_orchestrated(self) -> bool:
+        return self.orchestrator == "frontend"
+
+    @property
+    def namespace(self) -> str:
+        return self.endpoint.split(".")[0]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    mode: WorkerMode
+    engine_kind: str  # "cpu" | "sglang"
+    dynamo: DynamoArgs
+    model_path: str
+    served_model_name: str
+    skip_tokenizer_init: bool
+    host: str
+    bootstrap_port: int
+    log_level: str
+    # CPU: read-only mapping of EngineConfig kwargs; sglang: a resolved ServerArgs.
+    engine_args: Any
+    # SGLang's --kv-events-config (JSON); components/worker/kv_events.py reads it.
+    kv_events_config: str | None = None
+    # After SIGTERM and the grace period: seconds in-flight requests get before they are ended
+    # (Dynamo 1.6.1 bounds its drain at 30 s too).
+    drain_timeout: float = 30.0
+
+
+def parse_endpoint(value: str, flag: str) -> str:
+    """Validate `dyn://ns.comp.ep` (prefix optional) and return `ns.comp.ep`."""
+    path = value[len("dyn://"):] if value.startswith("dyn://") else value
+    parts = path.split(".")
+    if len(parts) != 3 or not all(parts):
+        raise SystemExit(f"{flag} must look like dyn://namespace.component.endpoint, got {value!r}")
+    return path
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _drain_timeout(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in [0, 3600] seconds, got {text}")
+    return value
+
+
+def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("Dynamo")
+    g.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("ENGINE", "auto"),
+                   help="sglang needs CUDA, or SGLANG_USE_CPU_ENGINE=1 for SGLang's CPU path; "
+                        "auto picks sglang when CUDA and sglang are present, else the embedded "
+                        "CPU engine (env ENGINE)")
+    g.add_argument("--endpoint", default=None,
+                   help="dyn://ns.comp.ep to serve; default dyn://$DYN_NAMESPACE.backend.generate "
+                        "(prefill: .prefill.generate)")
+    g.add_argument("--prefill-endpoint", default=None,
+                   help="decode: the prefill workers' endpoint (decode-orchestrated: called for "
+                        "every request; frontend-orchestrated: its component's room_watch "
+                        "endpoint says where each prefill watches its rooms; default "
+                        "dyn://<ns>.prefill.generate)")
+    g.add_argument("--migration-limit", type=int, default=0,
+                   help="accepted for Dynamo compatibility; in 1.6.1 migration is set on the frontend")
+    g.add_argument("--discovery-backend", default=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
+                   choices=["file", "etcd", "kubernetes", "mem"])
+    g.add_argument("--request-plane", default=os.environ.get("DYN_REQUEST_PLANE", "tcp"),
+                   choices=["tcp", "nats"])
+    g.add_argument("--prefill-wait-timeout", type=_positive_float,
+                   default=DecodeConfig.bootstrap_timeout_s,
+                   help="decode-orchestrated decode: seconds to wait for a prefill worker's "
+                        "bootstrap info per request")
+    g.add_argument("--prefill-instance-timeout", type=_positive_float, default=60.0,
+                   help="decode-orchestrated decode: seconds to wait at startup for a prefill "
+                        "instance to appear")
+    g.add_argument("--disagg-orchestrator", choices=ORCHESTRATORS,
+                   default=os.environ.get("DYN_DISAGG_ORCHESTRATOR"),
+                   help="prefill/decode workers: who starts a request's prefill. frontend "
+                        "(Dynamo 1.6.1's style; the default in Tokens mode): both workers "
+                        "register and the frontend's prefill router sends both legs the same "
+                        "bootstrap_info. decode (the default in Text mode, which the frontend "
+                        "cannot orchestrate): only decode registers, and it calls the prefill "
+                        "endpoint itself. Both legs must agree (env DYN_DISAGG_ORCHESTRATOR)")
+    g.add_argument("--room-claim-timeout", type=float, default=DynamoArgs.room_claim_timeout,
+                   help="prefill: seconds a leg's room may go unclaimed by its decode half "
+                        "before the prefill stops it (the decode died or gave up before "
+                        "claiming it); 0: wait for the engine's bootstrap timeout")
+    g.add_argument("--drain-timeout", type=_drain_timeout, default=WorkerConfig.drain_timeout,
+                   help="seconds in-flight requests get to finish after SIGTERM and the grace "
+                        "period (DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS, 5 s), as Dynamo "
+                        "drains; then they are ended with a 503 and the worker exits")
+    g.add_argument("--debug-routes", action="store_true",
+                   default=os.environ.get("DYN_DEBUG_ROUTES", "") == "1",
+                   help="serve /engine/kv_pages (KV pool occupancy) on DYN_SYSTEM_PORT")
+
+
+def build_parser(engine_kind: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components",
+        description="Dynamo worker (agg, prefill or decode) on SGLang or the embedded CPU engine",
+    )
+    _add_dynamo_flags(parser)
+    if engine_kind == "sglang":
+        from components.backends.sglang import add_sglang_flags
+
+        add_sglang_flags(parser)
+    else:
+        cpu_flags.add_cpu_engine_flags(parser)
+    return parser
+
+
+def reserve_free_port(host: str) -> int:
+    """A port free right now (Dynamo does the same for an unset bootstrap port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1" if is_wildcard(host) else host, 0))
+        return s.getsockname()[1]
+
+
+def _orchestrator(ns: argparse.Namespace) -> str:
+    if ns.disagg_orchestrator is not None:
+        if ns.disagg_orchestrator not in ORCHESTRATORS:  # from the environment: unchecked
+            raise SystemExit(f"--disagg-orchestrator must be one of {ORCHESTRATORS}, "
+                             f"got {ns.disagg_orchestrator!r}")
+        return ns.disagg_orchestrator
+    return "frontend" if ns.skip_tokenizer_init else "decode"
+
+
+def _dynamo_args(ns: argparse.Namespace, mode: WorkerMode) -> DynamoArgs:
+    namespace = os.environ.get("DYN_NAMESPACE", DEFAULT_NAMESPACE)
+    default_component = "prefill" if mode is WorkerMode.PREFILL else "backend"
+    endpoint = parse_endpoint(ns.endpoint or f"{namespace}.{default_component}.generate", "--endpoint")
+    prefill = parse_endpoint(ns.prefill_endpoint or f"{endpoint.split('.')[0]}.prefill.generate",
+                             "--prefill-endpoint")
+    if ns.migration_limit < 0:
+        raise SystemExit(f"--migration-limit must be >= 0, got {ns.migration_limit}")
+    return DynamoArgs(
+        endpoint=endpoint, prefill_endpoint=prefill, migration_limit=ns.migration_limit,
+        discovery_backend=ns.discovery_backend, request_plane=ns.request_plane,
+        prefill_wait_timeout=ns.prefill_wait_timeout,
+        prefill_instance_timeout=ns.prefill_instance_timeout, debug_routes=ns.debug_routes,
+        orchestrator=_orchestrator(ns), room_claim_timeout=_room_claim_timeout(ns),
+    )
+
+
+def _room_claim_timeout(ns: argparse.Namespace) -> float:
+    if not 0 <= ns.room_claim_timeout <= 3600:
+        raise SystemExit("--room-claim-timeout must be in [0, 3600] seconds, got "
+                         f"{ns.room_claim_timeout:g}")
+    return ns.room_claim_timeout
+
+
+def _check_orchestrator(dynamo: DynamoArgs, mode: WorkerMode, skip_tokenizer_init: bool) -> None:
+    """The frontend's prefill router runs in its preprocessing pipeline, which a Text-mode model
+    (raw chat bodies, no --skip-tokenizer-init) bypasses: refuse at startup, not per request."""
+    if (mode is not WorkerMode.AGGREGATED and dynamo.frontend_orchestrated
+            and not skip_tokenizer_init):
+        raise SystemExit("--disagg-orchestrator frontend needs --skip-tokenizer-init (Tokens "
+                         "mode): the frontend orchestrates only requests it tokenizes; use "
+                         "--disagg-orchestrator decode for Text mode")
+
+
+def parse_args(argv: list[str]) -> WorkerConfig:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("ENGINE", "auto"))
+    known, _ = pre.parse_known_args(argv)
+    kind = resolve_engine_kind(known.engine)
+    parser = build_parser(kind)
+    if kind == "sglang":
+        from components.backends.sglang import merge_config_file
+
+        argv = merge_config_file(parser, argv)
+    ns = parser.parse_args(argv)
+    if not any(a.startswith("--disaggregation-bootstrap-port") for a in argv):
+        ns.disaggregation_bootstrap_port = reserve_free_port(ns.host)
+    mode = WorkerMode.from_disaggregation_mode(ns.disaggregation_mode)
+    dynamo = _dynamo_args(ns, mode)
+    _check_orchestrator(dynamo, mode, bool(ns.skip_tokenizer_init))
+    if kind == "sglang":
+        from components.backends.sglang import server_args_from_namespace
+
+        engine_args: Any = server_args_from_namespace(ns)
+    else:
+        engine_args = MappingProxyType(cpu_flags.engine_kwargs(ns))
+    return WorkerConfig(
+        mode=mode, engine_kind=kind, dynamo=dynamo, model_path=ns.model_path,
+        served_model_name=ns.served_model_name or ns.model_path,
+        skip_tokenizer_init=bool(ns.skip_tokenizer_init), host=ns.host,
+        bootstrap_port=int(ns.disaggregation_bootstrap_port), log_level=ns.log_level,
+        engine_args=engine_args, kv_events_config=getattr(ns, "kv_events_config", None),
+        drain_timeout=ns.drain_timeout,
+    )

@@ -1,0 +1,40 @@
+"""Bind addresses: which ones mean "every interface", and what a peer should dial instead."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def is_wildcard(host: str) -> bool:
+    return host in WILDCARD_HOSTS
+
+
+def advertised_host(host: str, engine_kind: str) -> str:
+    """The address a decode engine should dial for this prefill's bootstrap server: the bind
+    address, or this machine's address when bound to a wildcard. For SGLang, the address
+    SGLang's own bootstrap advertises (honours SGLANG_HOST_IP; the host name can resolve to a
+    loopback alias such as 127.0.1.1, which no other machine can dial)."""
+    if not is_wildcard(host):
+        return host
+    if engine_kind == "sglang":
+        from components.backends.sglang import local_ip
+
+        return local_ip()
+    return socket.gethostbyname(socket.gethostname())
+
+
+def free_system_port(host: str) -> int:
+    """A free port below 32768 on `host`: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(20000, 32767)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below 32768")

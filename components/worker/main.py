@@ -1,0 +1,243 @@
+"""The worker process: parse -> runtime -> engine -> handler -> serve (+ register).
+
+`python -m components ...` runs one worker in one of three roles, picked by SGLang's
+`--disaggregation-mode`: agg (`null`), prefill or decode. SIGTERM/SIGINT (owned by the worker
+from its first line, even after SGLang tries to install its own handler) stop it as Dynamo's
+workers stop: unregister, a grace period, a bounded drain, engine shutdown, exit 0
+(components/worker/shutdown.py); during startup they stop it at once, also exit 0. Startup failures
+(bad flags, model load, registration) exit non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
+from dynamo.common.utils.prometheus import register_engine_metrics_callback
+from dynamo.runtime import DistributedRuntime
+
+from components.worker.config import WorkerConfig, WorkerMode, parse_args
+from components.worker.debug_routes import register_debug_routes
+from components.backends.factory import abort_process_requests, end_orphaned_requests, engine_limits
+from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
+from components.worker.hosts import is_wildcard
+from components.worker.kv_events import KvPublishing, kv_events_enabled
+from components.worker.loop_lag import LoopLagMonitor
+from components.worker.metrics import WorkerMetrics
+from components.worker.register import register_served_model, role_for, unregister_served_model
+from components.worker.rooms.wiring import room_claims, start_room_watch
+from components.worker.runtime import translate_errors
+from components.worker.shutdown import (
+    DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, interrupt_startup, settle,
+)
+from components.worker.signal_guard import SignalGuard
+from components.worker.startup import connect_prefill, start_engine, warmup_prefill
+from components.worker.tokenizer_workers import engine_pid, watch_exit
+from handlers.live import LiveRequests, rid_prefix
+
+logger = logging.getLogger(__name__)
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def bind_runtime_to_host(host: str) -> None:
+    """Keep Dynamo's request-plane listener, system server and response-stream server (where a
+    decode worker receives its prefill's answers) on the configured host (loopback by default)
+    unless the environment already says otherwise."""
+    if not is_wildcard(host):
+        os.environ.setdefault("DYN_TCP_RPC_HOST", host)
+        os.environ.setdefault("DYN_SYSTEM_HOST", host)
+        os.environ.setdefault("DYN_TCP_RESPONSE_STREAM_HOST", host)
+
+
+def publishes_kv_events(config: WorkerConfig) -> bool:
+    """Aggregated workers with --kv-events-config: decode engines keep no prefix cache and
+    prefill workers register no model (components/worker/kv_events.py)."""
+    enabled = kv_events_enabled(config.kv_events_config)
+    if enabled and config.mode is not WorkerMode.AGGREGATED:
+        logger.warning("--kv-events-config: only aggregated workers publish KV events")
+    # With --tokenizer-worker-num the engine process publishes for its engine; the attached
+    # processes have no engine of their own to listen to.
+    return enabled and config.mode is WorkerMode.AGGREGATED and engine_pid() is None
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, runtime: Any, engine: Any,
+                 metrics: WorkerMetrics | None = None, live: LiveRequests | None = None) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.engine = engine
+        self.metrics = metrics or WorkerMetrics(engine)
+        # The handler's requests, ended when the drain time runs out.
+        self.live = live if live is not None else LiveRequests()
+        self.endpoint = runtime.endpoint(config.dynamo.endpoint)
+        self.registered = False
+        self.serving: asyncio.Future[Any] | None = None
+        self._stopping = False
+        self._orphaned = asyncio.Event()
+        self.kv_publishing = KvPublishing()
+
+    def expose_metrics(self) -> None:
+        """The worker's metrics on the system port's /metrics, with Dynamo's labels
+        (components/worker/metrics.py)."""
+        namespace, component, endpoint = self.config.dynamo.endpoint.split(".")
+        register_engine_metrics_callback(
+            self.endpoint, self.metrics.registry, namespace_name=namespace,
+            component_name=component, endpoint_name=endpoint,
+            model_name=self.config.served_model_name)
+
+    async def serve(self, handler: Any) -> None:
+        """Serve the endpoint and register the model concurrently (every role but a
+        decode-orchestrated prefill, which serves a private endpoint)."""
+        serving = self.serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
+            translate_errors(self.metrics.instrument(
+                handler.generate, streams_tokens=self.config.mode is not WorkerMode.PREFILL)),
+            graceful_shutdown=True,
+            health_check_payload=health_check_payload(self.config, self.engine),
+        ))
+        try:
+            if role_for(self.config) is not None:
+                limits = engine_limits(self.config.engine_kind, self.engine)
+                bootstrap = (bootstrap_endpoint(self.config, self.engine)
+                             if self.config.mode is WorkerMode.PREFILL else None)
+                kv_events = publishes_kv_events(self.config)
+                if kv_events:
+                    await self.kv_publishing.start(self.endpoint, self.config.engine_kind,
+                                                   self.engine, limits.page_size,
+                                                   self.config.kv_events_config)
+                await register_served_model(self.endpoint, self.config, limits, bootstrap,
+                                            kv_events)
+                self.registered = True
+            logger.info("worker ready: %s serving %s", self.config.mode.value,
+                        self.config.dynamo.endpoint)
+            await serving
+        except asyncio.CancelledError:
+            if not (self._stopping and serving.cancelled()):  # not the drain giving up
+                self.runtime.shutdown()
+                raise
+        except BaseException:
+            # A failed registration must not leave a half-served endpoint behind.
+            self.runtime.shutdown()
+            raise
+
+    def orphan(self) -> None:
+        """This attached process's engine process exited: no output will come for the requests
+        it holds, so end them now (a 503) rather than at the drain's end."""
+        count = end_orphaned_requests(self.config.engine_kind, self.engine,
+                                      "the engine process exited")
+        logger.error("the engine process exited: ended %d request(s)", count)
+        self._orphaned.set()
+
+    async def stop(self) -> None:
+        """Signal path, as Dynamo's workers stop: leave discovery first, serve on through the
+        grace period (cut short if the engine is gone), then stop taking requests and drain
+        those in flight (bounded)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        logger.info("shutting down: unregistering %s", self.config.dynamo.endpoint)
+        if self.registered:
+            # Removes the model card and this endpoint instance (observed with 1.6.1).
+            await unregister_served_model(self.endpoint)
+        else:
+            try:
+                await self.endpoint.unregister_endpoint_instance()
+            except Exception as exc:  # runtime errors are bare Exceptions; shutdown goes on
+                logger.warning("unregistering the endpoint instance failed: %s", exc)
+        grace = get_grace_period_seconds()  # Dynamo's DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS
+        if grace > 0 and self.serving is not None and not self._orphaned.is_set():
+            logger.info("serving on for the %.1f s grace period", grace)
+            try:
+                await asyncio.wait_for(self._orphaned.wait(), grace)
+            except asyncio.TimeoutError:
+                pass
+        self.runtime.shutdown()
+        if self.serving is not None:
+            await drain(self.serving, self.live, self.config.drain_timeout)
+        if self.config.mode is WorkerMode.PREFILL and not self._orphaned.is_set():
+            await settle(self.live)
+
+
+async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> None:
+    interrupt_startup()
+    bind_runtime_to_host(config.host)
+    loop = asyncio.get_running_loop()
+    runtime = DistributedRuntime(loop, config.dynamo.discovery_backend,
+                                 config.dynamo.request_plane)
+    if config.dynamo.migration_limit > 0:
+        logger.warning("--migration-limit is a frontend setting in Dynamo 1.6.1; "
+                       "pass it to dynamo.frontend")
+    logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
+                config.served_model_name)
+    engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
+    signals = StopSignals(asyncio.current_task(), workers)
+    SignalGuard(loop).take(signals)
+    if workers is not None:
+        workers.watch(loop, lambda pid: abort_process_requests(
+            config.engine_kind, engine, rid_prefix(pid)))
+    if engine_pid() is not None:
+        watch_exit(loop, engine_pid(), signals.engine_exited)
+    handler = worker = lag = rooms = None
+    try:
+        prefill = None
+        if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
+            prefill = await connect_prefill(runtime, config)
+        elif config.mode is WorkerMode.DECODE:
+            rooms = await room_claims(runtime, config)
+        elif config.mode is WorkerMode.PREFILL:
+            rooms = await start_room_watch(runtime, config, bootstrap_endpoint(config, engine))
+        metrics = WorkerMetrics(engine)
+        lag = LoopLagMonitor(metrics.loop_lag.observe)
+        lag.start()
+        handler = build_handler(config, engine, prefill, metrics, rooms)
+        if config.dynamo.debug_routes:
+            register_debug_routes(runtime, engine)
+        worker = Worker(config, runtime, engine, metrics, handler.live)
+        worker.expose_metrics()
+        if config.mode is WorkerMode.PREFILL:
+            await warmup_prefill(config, engine)
+        signals.worker = worker
+        await worker.serve(handler)
+    except asyncio.CancelledError:
+        if not signals.interrupted:
+            raise
+        logger.info("stopped during startup: nothing was served")
+        runtime.shutdown()
+    finally:
+        if lag is not None:
+            await lag.stop()
+        if worker is not None:
+            worker.kv_publishing.close()
+        if handler is not None:
+            await handler.cleanup()
+        if rooms is not None:
+            await rooms.close()
+        if workers is not None:  # they drain on this process's engine: stop them first
+            await asyncio.to_thread(workers.stop, config.drain_timeout + DRAIN_MARGIN_S)
+        engine.shutdown()
+        logger.info("worker stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
+    configure_logging(config.log_level)
+    try:
+        asyncio.run(run_worker(config, argv))
+    except StartupInterrupted as exc:
+        logger.info("%s while the engine was starting: stopped, nothing was served", exc)
+    # Everything is drained and shut down. Skip interpreter finalization: Dynamo's runtime
+    # threads (health-check canaries) can still be entering Python, and finalization then
+    # aborts the process ("FATAL: exception not rethrown", SIGABRT) instead of exiting 0.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,57 @@
+"""The room watch in the worker process (docs/architecture.md, "The room watch"): the prefill
+worker's server and its `room_watch` endpoint, the decode worker's claims. Both styles:
+decode-orchestrated, the decode also stops the prefill's stream itself, but Dynamo 1.6.1's
+runtime loses that stop when the decode gives up while the prefill's response stream is still
+connecting (the decode logs "Subject not found"), and the prefill then held its KV until its
+engine's bootstrap timeout.
+
+With --tokenizer-worker-num every decode process claims; on a prefill worker the engine's own
+process watches, and legs that land in an attached process are not watched (attached processes
+gain nothing on a prefill worker, whose requests come tokenized).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional
+
+from components.worker.config import WorkerConfig, WorkerMode
+from components.worker.hosts import advertised_host
+from components.worker.rooms.claims import RoomClaims
+from components.worker.rooms.directory import RoomDirectory, room_watch_answer, room_watch_endpoint
+from components.worker.rooms.watch import RoomWatchServer
+from components.worker.tokenizer_workers import engine_pid
+
+logger = logging.getLogger(__name__)
+
+
+def _watched(config: WorkerConfig, mode: WorkerMode) -> bool:
+    return config.mode is mode and (mode is WorkerMode.DECODE or engine_pid() is None)
+
+
+async def start_room_watch(runtime: Any, config: WorkerConfig,
+                           bootstrap: tuple[str, int]) -> Optional[RoomWatchServer]:
+    """Prefill: listen on the configured host and say where on `<component>.room_watch`."""
+    if not _watched(config, WorkerMode.PREFILL):
+        return None
+    server = RoomWatchServer(config.host, claim_timeout_s=config.dynamo.room_claim_timeout)
+    await server.start()
+    watch = (advertised_host(config.host, config.engine_kind), server.port)
+    endpoint = runtime.endpoint(room_watch_endpoint(config.dynamo.endpoint))
+    serving = asyncio.ensure_future(endpoint.serve_endpoint(room_watch_answer(bootstrap, watch)))
+    serving.add_done_callback(_log_end)
+    return server
+
+
+async def room_claims(runtime: Any, config: WorkerConfig) -> Optional[RoomClaims]:
+    """Decode: claims at the prefill workers' watches, found through their endpoint."""
+    if not _watched(config, WorkerMode.DECODE):
+        return None
+    client = await runtime.endpoint(room_watch_endpoint(config.dynamo.prefill_endpoint)).client()
+    return RoomClaims(RoomDirectory(client).lookup)
+
+
+def _log_end(serving: "asyncio.Future[Any]") -> None:
+    if not serving.cancelled() and serving.exception() is not None:
+        logger.error("the room_watch endpoint stopped: %r", serving.exception())

@@ -1,0 +1,147 @@
+"""The SGLang side of the worker without starting SGLang: the resolved config registered, the
+speculative reserve kept out of the default budget, `--config` honoured, the bootstrap host as
+SGLang resolves it, prefill warm-up before serving, and SIGTERM kept by the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from components.backends import factory as engine_factory
+from components.worker.config import WorkerMode, build_parser, parse_args
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def sglang_on_cpu(monkeypatch):
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
+    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+
+
+def sglang_args(model: str, *extra: str):
+    from components.backends.sglang import server_args_from_namespace
+
+    ns = build_parser("sglang").parse_args(["--model-path", model, *extra])
+    return server_args_from_namespace(ns)
+
+
+def fake_engine(server_args, context_len=2048, reserved=0):
+    manager = SimpleNamespace(context_len=context_len, num_reserved_tokens=reserved,
+                              tokenizer=None, model_config=SimpleNamespace(vocab_size=100))
+    info = {"max_total_num_tokens": 4096, "max_running_requests": 8}
+    return SimpleNamespace(server_args=server_args, tokenizer_manager=manager,
+                           _scheduler_init_result=SimpleNamespace(scheduler_infos=[info]))
+
+
+def test_sglang_cpu_path_is_chosen_by_sglangs_own_switch(sglang_on_cpu, tiny_model_path):
+    config = parse_args(["--engine", "sglang", "--model-path", tiny_model_path])
+    assert config.engine_kind == "sglang"
+    args = config.engine_args
+    assert (args.device, args.attention_backend, args.dtype) == ("cpu", "torch_native", "float32")
+    assert args.disable_cuda_graph is True and args.max_total_tokens == 4096
+    decode = parse_args(["--engine", "sglang", "--model-path", tiny_model_path,
+                         "--disaggregation-mode", "decode", "--max-total-tokens", "9000"])
+    assert decode.engine_args.disaggregation_decode_retraction_backup == "none"
+    assert decode.engine_args.max_total_tokens == 9000
+
+
+def test_registration_reads_the_page_size_sglang_resolved(tiny_model_path):
+    from sglang.srt.arg_groups.overrides import declare_resolution
+
+    from components.backends.sglang import sglang_limits
+
+    server_args = sglang_args(tiny_model_path)
+    assert server_args.page_size is None  # as given: no --page-size
+    # What an attention backend that needs whole pages declares during engine start-up.
+    declare_resolution(server_args, "attention backend", page_size=64)
+    assert sglang_limits(fake_engine(server_args)).page_size == 64
+
+
+def test_speculative_reserve_is_kept_out_of_the_default_budget(tiny_model_path):
+    from components.worker.handler_factory import build_handler
+    from components.backends.sglang import sglang_limits
+
+    engine = fake_engine(sglang_args(tiny_model_path), context_len=2048, reserved=16)
+    assert sglang_limits(engine).context_length == 2048  # registered as the model's context
+    config = SimpleNamespace(mode=WorkerMode.AGGREGATED, engine_kind="sglang",
+                             skip_tokenizer_init=True, served_model_name="m",
+                             dynamo=SimpleNamespace(prefill_wait_timeout=5.0,
+                                                    orchestrator="decode"))
+    handler = build_handler(config, engine, None)
+    # SGLang refuses prompt + max_new_tokens + 16 > 2048; the default budget must fit.
+    assert handler.config.context_length == 2048 - 16
+
+
+def test_config_file_settings_are_applied(sglang_on_cpu, tiny_model_path, tmp_path):
+    config_file = tmp_path / "engine.yaml"
+    config_file.write_text("page-size: 32\nmax-running-requests: 7\n")
+    base = ["--engine", "sglang", "--model-path", tiny_model_path]
+    args = parse_args([*base, "--config", str(config_file)]).engine_args
+    assert (args.page_size, args.max_running_requests) == (32, 7)
+    args = parse_args([*base, f"--config={config_file}", "--page-size", "16"]).engine_args
+    assert args.page_size == 16  # the command line wins over the file
+
+
+def test_missing_config_file_is_an_error_naming_it(sglang_on_cpu, tiny_model_path, tmp_path):
+    with pytest.raises(SystemExit, match="nope.yaml"):
+        parse_args(["--engine", "sglang", "--model-path", tiny_model_path,
+                    "--config", str(tmp_path / "nope.yaml")])
+
+
+def test_wildcard_host_advertises_the_address_sglang_resolves(monkeypatch, tiny_model_path):
+    from components.worker.handler_factory import build_handler
+
+    monkeypatch.setenv("SGLANG_HOST_IP", "10.9.8.7")  # what SGLang's get_local_ip_auto honours
+    config = SimpleNamespace(mode=WorkerMode.PREFILL, engine_kind="sglang", host="0.0.0.0")
+    engine = SimpleNamespace(server_args=SimpleNamespace(disaggregation_bootstrap_port=8998))
+    handler = build_handler(config, engine, None)
+    assert (handler.config.bootstrap_host, handler.config.bootstrap_port) == ("10.9.8.7", 8998)
+
+
+async def test_sglang_prefill_is_warmed_up_through_the_fake_bootstrap_host():
+    from components.worker.main import warmup_prefill
+
+    calls = []
+
+    class Engine:
+        server_args = SimpleNamespace(disaggregation_bootstrap_port=8998)
+
+        async def async_generate(self, **kwargs):
+            calls.append(kwargs)
+
+            async def stream():
+                yield {"meta_info": {"finish_reason": {"type": "length"}}}
+            return stream()
+
+    config = SimpleNamespace(engine_kind="sglang")
+    await warmup_prefill(config, Engine())
+    assert len(calls) == 1 and calls[0]["bootstrap_host"] == "2.2.2.2"
+    assert calls[0]["bootstrap_port"] == 8998 and calls[0]["stream"] is True
+
+
+async def test_signal_guard_keeps_the_workers_sigterm_handler():
+    from components.worker.signal_guard import SignalGuard
+
+    loop = asyncio.get_running_loop()
+    got: list[str] = []
+    woke = asyncio.Event()
+    try:
+        SignalGuard(loop).take(lambda: (got.append("worker"), woke.set()))
+        # What SGLang's TokenizerManager does on its first request.
+        loop.add_signal_handler(signal.SIGTERM, lambda: got.append("sglang"))
+        loop.add_signal_handler(signal.SIGUSR1, lambda: (got.append("usr1"), woke.set()))
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(woke.wait(), 5)
+        woke.clear()
+        os.kill(os.getpid(), signal.SIGUSR1)  # other signals still register normally
+        await asyncio.wait_for(woke.wait(), 5)
+        assert got == ["worker", "usr1"]
+    finally:
+        del loop.add_signal_handler
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            loop.remove_signal_handler(sig)

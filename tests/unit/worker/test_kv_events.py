@@ -1,0 +1,168 @@
+"""KV events for Dynamo's KV router: the prefix cache reports the blocks it starts and stops
+holding (chained hashes, whole pages, parents), the engine reports its load, and the worker's
+relay hands both to Dynamo's publishers with page size = block size."""
+
+import asyncio
+
+import pytest
+import torch
+
+from components.engine.api.engine import CpuEngine
+from components.engine.kv.pool import KVPool
+from components.engine.kv.prefix_cache import PrefixCache
+from components.worker.kv_events import EngineKvRelay, kv_events_enabled, sglang_zmq_endpoint
+from tests.support.engine_helpers import random_prompt
+
+PAGE = 4
+
+
+class Recorder:
+    """A KvEventListener that keeps what it was told, and the router's view it implies."""
+
+    def __init__(self) -> None:
+        self.stored: list[tuple[list[int], list[int], int | None]] = []
+        self.removed: list[list[int]] = []
+        self.loads: list[tuple[int, int, int]] = []
+        self.held: set[int] = set()
+
+    def blocks_stored(self, token_ids, block_hashes, parent_hash):
+        assert len(token_ids) == PAGE * len(block_hashes)  # whole blocks only
+        self.stored.append((list(token_ids), list(block_hashes), parent_hash))
+        self.held.update(block_hashes)
+
+    def blocks_removed(self, block_hashes):
+        self.removed.append(list(block_hashes))
+        self.held.difference_update(block_hashes)
+
+    def load(self, kv_used_pages, running, waiting):
+        self.loads.append((kv_used_pages, running, waiting))
+
+
+def cache_with_recorder():
+    pool = KVPool(1, 1, 2, num_pages=16, page_size=PAGE, dtype=torch.float32)
+    cache = PrefixCache(pool)
+    cache.listener = rec = Recorder()
+    return pool, cache, rec
+
+
+def finish(pool, cache, tokens):
+    run = pool.allocate(len(tokens))
+    tail = cache.insert(tokens, run)
+    if tail is not None:
+        pool.free(tail)
+
+
+def test_insert_reports_only_new_whole_blocks_with_their_parent():
+    pool, cache, rec = cache_with_recorder()
+    finish(pool, cache, list(range(10)))  # 2 whole pages
+    keys = cache.block_keys(list(range(10)), 2)
+    assert rec.stored == [(list(range(8)), keys, None)]
+    finish(pool, cache, list(range(8)))  # already held: nothing new
+    assert len(rec.stored) == 1
+    finish(pool, cache, list(range(12)) + [99])  # one more block, child of the second
+    longer = cache.block_keys(list(range(12)), 3)
+    assert longer[:2] == keys
+    assert rec.stored[1] == ([8, 9, 10, 11], longer[2:], keys[1])
+    assert rec.removed == []  # the first entry's blocks moved to the longer one, still cached
+
+
+def test_eviction_reports_every_block_it_drops_and_the_router_view_matches_the_cache():
+    pool, cache, rec = cache_with_recorder()
+    finish(pool, cache, [1] * 8)
+    finish(pool, cache, [2] * 12)
+    assert cache.evict(cache.pages) == 5
+    assert rec.held == set() and sorted(map(len, rec.removed)) == [2, 3]
+    finish(pool, cache, [1] * 8)  # cached again after its eviction: reported again
+    assert rec.stored[-1][1] == cache.block_keys([1] * 8, 2) and rec.held == set(rec.stored[-1][1])
+
+
+async def test_engine_reports_cached_blocks_and_load_back_to_zero(tiny_model_path):
+    rec = Recorder()
+    eng = CpuEngine(model_path=tiny_model_path, page_size=PAGE)
+    try:
+        eng.set_kv_event_listener(rec)
+        prompt = random_prompt(40, eng.vocab_size, seed=3)
+        await asyncio.wait_for(eng.async_generate(
+            input_ids=prompt, sampling_params={"temperature": 0.0, "max_new_tokens": 4}), 30)
+        # 40 prompt + 3 output tokens have K/V: 10 whole pages, the prompt's first.
+        assert len(rec.stored) == 1 and len(rec.stored[0][1]) == 10
+        assert rec.stored[0][0][:40] == prompt and rec.stored[0][2] is None
+        assert max(load[0] for load in rec.loads) >= 11 and rec.loads[-1] == (0, 0, 0)
+        assert eng.prefix_hit_tokens() == 0
+        await eng.async_generate(input_ids=prompt[:36] + [1, 2],
+                                 sampling_params={"temperature": 0.0, "max_new_tokens": 1})
+        assert eng.prefix_hit_tokens() == 36
+    finally:
+        eng.shutdown()
+
+
+class FakePublisher:
+    def __init__(self):
+        self.calls = []
+
+    def publish_stored(self, *args):
+        self.calls.append(("stored", *args))
+
+    def publish_removed(self, *args):
+        self.calls.append(("removed", *args))
+
+    def publish(self, *args, **kwargs):
+        self.calls.append(("load", args, kwargs))
+
+
+def test_relay_uses_the_page_size_as_block_size_and_reports_kv_used_blocks():
+    events, metrics = FakePublisher(), FakePublisher()
+    relay = EngineKvRelay(events, metrics, page_size=16)
+    relay.blocks_stored(list(range(32)), [11, -12], 7)
+    relay.blocks_removed([11])
+    relay.load(5, 2, 1)
+    relay.close()
+    assert events.calls == [("stored", list(range(32)), [16, 16], [11, -12], 7),
+                            ("removed", [11])]
+    assert metrics.calls == [("load", (0,), {"kv_used_blocks": 5})]
+
+
+@pytest.mark.parametrize("config, enabled", [
+    (None, False), ('{"publisher": "null"}', False), ("{}", False),
+    ('{"publisher": "zmq", "endpoint": "tcp://*:5557"}', True),
+])
+def test_kv_events_follow_sglangs_publisher_rule(config, enabled):
+    assert kv_events_enabled(config) is enabled
+
+
+def test_bad_kv_events_config_is_a_startup_error():
+    with pytest.raises(SystemExit, match="JSON object"):
+        kv_events_enabled("{not json")
+    with pytest.raises(SystemExit, match="tcp://host:port"):
+        sglang_zmq_endpoint('{"publisher": "zmq", "endpoint": "ipc:///tmp/x"}')
+    assert sglang_zmq_endpoint('{"endpoint": "tcp://*:5557"}') == "tcp://127.0.0.1:5557"
+
+
+@pytest.mark.parametrize("mode, publishes", [("null", True), ("decode", False),
+                                             ("prefill", False)])
+def test_only_aggregated_cpu_workers_publish_and_the_engine_never_sees_the_flag(
+        monkeypatch, mode, publishes):
+    from components.backends import factory as engine_factory
+    from components.worker.config import parse_args
+    from components.worker.main import publishes_kv_events
+
+    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    cfg = parse_args(["--engine", "cpu", "--model-path", "/models/tiny", "--disaggregation-mode",
+                      mode, "--kv-events-config", '{"publisher": "zmq"}'])
+    assert publishes_kv_events(cfg) is publishes
+    assert "kv_events_config" not in cfg.engine_args
+
+
+def test_a_failing_publisher_is_logged_and_publishing_goes_on(caplog):
+    class Broken:
+        def publish_stored(self, *args, **kwargs):
+            raise Exception("event plane gone")
+
+        publish_removed = publish = publish_stored
+
+    relay = EngineKvRelay(Broken(), Broken(), page_size=16)
+    relay.blocks_stored([1] * 16, [5], None)
+    relay.blocks_removed([5])
+    relay.load(1, 1, 0)
+    relay.close()
+    assert caplog.text.count("event plane gone") == 3
