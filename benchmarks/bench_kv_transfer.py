@@ -33,12 +33,18 @@ from benchmarks.kv_peer import (HEAD_DIM, HOST, KV_HEADS, LAYERS, TIMEOUT_S, Dec
                                  make_pool, region)
 from components.engine.kv.pool import KVPool
 from components.engine.config import UCX_ERROR_HANDLING
-from components.engine.disagg.transport import KVTransport, Peering, TransferDone, TransferFailed
+from components.engine.disagg.transport import (
+    KVTransport,
+    Peering,
+    PrefillTransport,
+    TransferDone,
+    TransferFailed,
+)
 
 SIZES = (128, 256, 512, 1024, 2048, 4096)
 
 
-def nixl_once(transport: KVTransport, pool: KVPool, peer: DecodePeer, room: int,
+def nixl_once(transport: PrefillTransport, pool: KVPool, peer: DecodePeer, room: int,
               tokens: int) -> float:
     """Seconds from add_prefill to TransferDone for one room (decode registered beforehand)."""
     run = pool.allocate(tokens)

@@ -103,6 +103,11 @@ class BaseHandler:
         task.add_done_callback(self._reap)
         return task
 
+    @property
+    def running_tasks(self) -> int:
+        """Tasks started with spawn() that have not ended yet (cleanup() cancels them)."""
+        return len(self._tasks)
+
     def _reap(self, task: "asyncio.Task[Any]") -> None:
         self._tasks.discard(task)
         # Retrieve the outcome so a task nobody awaited any more never logs "exception was

@@ -12,7 +12,8 @@ still holds back, such as part of a multi-byte character, waits for the next chu
 import time
 from typing import Any, Optional
 
-from handlers.finish import map_finish_reason, usage_from_meta
+from handlers.chat_outputs import ChoiceOutputs
+from handlers.finish import map_finish_reason, matched_stop, usage_from_meta
 from handlers.logprobs import ChatLogprobs
 from protocol.outputs import (
     CHUNK_OBJECT,
@@ -30,7 +31,8 @@ from protocol.outputs import (
 class ChatStream:
     def __init__(self, chunk_id: str, model: str, include_usage: bool,
                  continuous_usage: bool = False,
-                 logprobs: Optional[ChatLogprobs] = None) -> None:
+                 logprobs: Optional[ChatLogprobs] = None,
+                 outputs: Optional[ChoiceOutputs] = None, stop_reason: bool = False) -> None:
         self._id = chunk_id
         self._model = model
         self._created = int(time.time())
@@ -40,10 +42,15 @@ class ChatStream:
         self._usage: dict[int, CompletionUsage] = {}
         self._logprobs = logprobs
         self._held: dict[int, list[ChatTokenLogprob]] = {}  # logprobs of text not sent yet
+        self._outputs = outputs  # tool-call / reasoning parsing (handlers/chat_outputs.py)
+        # `nvext.extra_fields` names "stop_reason": a choice's last chunk carries SGLang's
+        # matched stop as `nvext.stop_reason`, as the frontend shows it in Tokens mode.
+        self._stop_reason = stop_reason
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
-    def _chunk(self, choices: list[ChatChoice], usage: Optional[CompletionUsage] = None) -> dict:
+    def _chunk(self, choices: list[ChatChoice], usage: Optional[CompletionUsage] = None,
+               nvext: Optional[dict[str, Any]] = None) -> dict:
         return to_wire(
             ChatCompletionChunk(
                 id=self._id,
@@ -52,6 +59,7 @@ class ChatStream:
                 object=CHUNK_OBJECT,
                 choices=choices,
                 usage=usage,
+                nvext=nvext,
             )
         )
 
@@ -59,9 +67,12 @@ class ChatStream:
         meta = chunk.get("meta_info") or {}
         reason = map_finish_reason(meta.get("finish_reason"))
         index = int(chunk.get("index") or 0)
-        text = chunk.get("text") or None
+        fields = {"content": chunk.get("text") or None}
+        if self._outputs is not None:
+            fields = self._outputs.take(index, chunk.get("text") or "", reason is not None)
+            reason = self._outputs.finish_reason(index, reason)
         logprobs = self._take_logprobs(index, meta)
-        if text is None and reason is None:
+        if not any(fields.values()) and reason is None:
             if logprobs is not None:
                 self._held[index] = logprobs.content
             return None
@@ -69,10 +80,13 @@ class ChatStream:
         self._started.add(index)
         if meta.get("completion_tokens") is not None:
             self._usage[index] = usage_from_meta(meta)
-        delta = ChatDelta(role="assistant" if first else None, content=text)
+        delta = ChatDelta(role="assistant" if first else None, **fields)
         usage = self._total() if self._continuous_usage else None
+        nvext = None
+        if reason is not None and self._stop_reason:
+            nvext = {"stop_reason": matched_stop(meta.get("finish_reason"))}
         return self._chunk([ChatChoice(index=index, delta=delta, finish_reason=reason,
-                                       logprobs=logprobs)], usage)
+                                       logprobs=logprobs)], usage, nvext)
 
     def _take_logprobs(self, index: int, meta: dict[str, Any]) -> Optional[ChoiceLogprobs]:
         if self._logprobs is None:
@@ -103,3 +117,11 @@ class ChatStream:
             total_tokens=prompt + completion,
             prompt_tokens_details=PromptTokensDetails(max(cached)) if cached else None,
         )
+
+
+def asks_for(req: Any, field: str) -> bool:
+    """Whether the body's `nvext.extra_fields` names ``field`` (the frontend's opt-in for its
+    `nvext` response fields; names it does not know are ignored, as the frontend ignores them)."""
+    nvext = getattr(req, "nvext", None)
+    extra = (nvext.model_extra or {}).get("extra_fields") if nvext is not None else None
+    return isinstance(extra, list) and field in extra

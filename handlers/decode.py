@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from handlers.base import BaseHandler, Context, Engine, PrefillClient, RoomClaims
-from handlers.chat_stream import ChatStream
+from handlers.chat_outputs import ChoiceOutputs
+from handlers.chat_stream import ChatStream, asks_for
 from handlers.errors import EngineError, RequestError
-from handlers.frontend_disagg import check_one_choice, request_bootstrap
+from handlers.frontend_disagg import (
+    check_no_prompt_logprobs, check_one_choice, request_bootstrap,
+)
 from handlers.half_end import HalfEnd, claim_boot, claim_room
 from handlers.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.live import new_rid
@@ -26,10 +29,12 @@ from handlers.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
 from handlers.prefill_handoff import PrefillHandoff
+from handlers.priority import priority_kwargs
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
 from handlers.template_kwargs import check_template_kwargs
 from handlers.token_stream import TokenStream
+from handlers.tool_calls import ChatParsers, add_constraint, plan_output
 from handlers.unsupported import check_text_request, check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.chat import ChatCompletionRequest
@@ -46,9 +51,9 @@ class DecodeConfig:
     vocab_size: int
     skip_tokenizer_init: bool = True  # True: Tokens mode; False: Text mode
     disaggregated: bool = False
-    # Who starts the prefill: "decode" (this handler, over the prefill client) or "frontend"
-    # (Dynamo 1.6.1's prefill router; the request carries bootstrap_info).
-    orchestrator: str = "decode"
+    # Who starts the prefill when disaggregated: this handler, over the prefill client (False),
+    # or Dynamo 1.6.1's prefill router in the frontend (True; the request carries bootstrap_info).
+    frontend_orchestrated: bool = False
     bootstrap_timeout_s: float = 30.0  # prefill's first item (the bootstrap room)
     first_token_timeout_s: float = 300.0  # queueing + prefill + KV transfer
     prefill_timeout_s: float = 600.0  # the prefill stream's whole life
@@ -61,7 +66,8 @@ class _Job:
     prefill_request: PreprocessedRequest
     stream: Union[TokenStream, ChatStream]
     boot: Optional[BootstrapInfo] = None  # the frontend's, when it orchestrates
-    logprob_kwargs: dict[str, Any] = field(default_factory=dict)  # return_logprob, top_...
+    # the engine's return_logprob, top_logprobs_num, ... and priority (routing.priority)
+    logprob_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class DecodeHandler(BaseHandler):
@@ -72,6 +78,7 @@ class DecodeHandler(BaseHandler):
         prefill_client: Optional[PrefillClient] = None,
         preprocessor: Optional[Preprocessor] = None,
         rooms: Optional[RoomClaims] = None,
+        parsers: Optional[ChatParsers] = None,
     ) -> None:
         super().__init__(engine)
         if self._decode_orchestrated(config) and prefill_client is None:
@@ -81,6 +88,7 @@ class DecodeHandler(BaseHandler):
         self.config = config
         self.prefill_client = prefill_client
         self.preprocessor = preprocessor
+        self.parsers = parsers  # Text mode: SGLang's tool-call / reasoning parsers, if set
         # Claims each request's room at its prefill, so the prefill stops as soon as this half
         # ends early (docs/architecture.md, "The room watch"): as the request arrives when the
         # frontend orchestrates, once the prefill names the room when decode does.
@@ -126,7 +134,7 @@ class DecodeHandler(BaseHandler):
 
     @staticmethod
     def _decode_orchestrated(config: DecodeConfig) -> bool:
-        return config.disaggregated and config.orchestrator == "decode"
+        return config.disaggregated and not config.frontend_orchestrated
 
     async def _prepare(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         if self.config.skip_tokenizer_init:
@@ -140,7 +148,7 @@ class DecodeHandler(BaseHandler):
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
         check_tokens_request(req)
-        self._check_choices(req.sampling_options.n)
+        self._check_choices(req.sampling_options.n, req.output_options.prompt_logprobs)
         self._check_prompt(req.token_ids, vocab_field="token_ids")
         params = tokens_sampling_params(
             req,
@@ -148,8 +156,9 @@ class DecodeHandler(BaseHandler):
             context_length=self.config.context_length,
             skip_tokenizer_init=True,
         )
-        return _Job(req.token_ids, params, req, TokenStream(),
-                    logprob_kwargs=tokens_logprob_kwargs(req.output_options))
+        return _Job(req.token_ids, params, req, TokenStream(req.output_options),
+                    logprob_kwargs={**tokens_logprob_kwargs(req.output_options),
+                                    **priority_kwargs(req.routing)})
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
@@ -159,26 +168,32 @@ class DecodeHandler(BaseHandler):
         kwargs = req.template_kwargs()
         if kwargs:
             check_template_kwargs(kwargs, req.template_kwargs_field)
+        plan = plan_output(req, self.parsers, kwargs)
         ids = req.prompt_token_ids
         if ids is None:
-            ids = await self.preprocessor.chat_token_ids(req.template_messages(), kwargs)
+            ids = await self.preprocessor.chat_token_ids(req.template_messages(), kwargs,
+                                                         plan.template_tools)
         # Our own tokenizer's ids need no vocabulary check; the client's do.
         self._check_prompt(ids, vocab_field="nvext.token_data" if req.prompt_token_ids else None)
         params = text_sampling_params(
             req, prompt_len=len(ids), context_length=self.config.context_length
         )
+        add_constraint(params, plan.constraint)
         chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
         stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage,
                             req.wants_continuous_usage,
-                            self._chat_logprobs if logprobs else None)
+                            self._chat_logprobs if logprobs else None,
+                            ChoiceOutputs(plan.new_parse, req.stream) if plan.new_parse else None,
+                            stop_reason=asks_for(req, "stop_reason"))
         # model_construct: the ids come from our own tokenizer, no need to validate them again.
         prefill = PreprocessedRequest.model_construct(
             token_ids=ids, output_options=prefill_request_options(logprobs))
         return _Job(ids, params, prefill, stream, logprob_kwargs=logprobs)
 
-    def _check_choices(self, n: Optional[int]) -> None:
+    def _check_choices(self, n: Optional[int], prompt_logprobs: Optional[int] = None) -> None:
         if self.config.disaggregated:
             check_one_choice(n)
+            check_no_prompt_logprobs(prompt_logprobs)
 
     def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:
         limit = self.config.context_length

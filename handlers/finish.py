@@ -2,7 +2,7 @@
 content_filter, cancelled), or an error when the engine aborted with a status."""
 
 import logging
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from handlers.errors import EngineError, EngineUnavailable, RequestError
 from protocol.outputs import CompletionUsage, PromptTokensDetails
@@ -36,6 +36,15 @@ def map_finish_reason(reason: Any) -> Optional[str]:
     # The frontend answers an unknown reason with a 500 although the tokens were fine.
     logger.warning("unknown engine finish reason %r reported as stop", kind)
     return "stop"
+
+
+def matched_stop(reason: Any) -> Optional[Union[str, int]]:
+    """SGLang's ``matched_stop``: the stop string (or regex) or the token id (a stop id, EOS, a
+    grammar's end) that ended the choice; None for length, an abort or a bare reason."""
+    if not isinstance(reason, dict) or reason.get("type") != "stop":
+        return None
+    matched = reason.get("matched")
+    return matched if isinstance(matched, (str, int)) and not isinstance(matched, bool) else None
 
 
 def usage_from_meta(meta: dict[str, Any]) -> CompletionUsage:

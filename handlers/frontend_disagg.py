@@ -19,7 +19,6 @@ from protocol.disagg import PrefillDone
 from protocol.preprocessed import OutputOptions, PreprocessedRequest
 from protocol.validation import ProtocolError, parse
 
-ORCHESTRATORS = ("frontend", "decode")
 BOOTSTRAP_KEY = "bootstrap_info"
 PARAMS_KEY = "disaggregated_params"
 
@@ -49,6 +48,18 @@ def check_one_choice(n: Optional[int]) -> None:
             f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}")
 
 
+def check_no_prompt_logprobs(prompt_logprobs: Optional[int]) -> None:
+    """The prompt's forward runs on the prefill worker, and nothing carries its prompt logprobs
+    to the decode worker that answers (SGLang's own router merges them from the prefill's
+    response; Dynamo 1.6.1's frontend does not), so both legs refuse them rather than answer
+    without them."""
+    if prompt_logprobs is not None:
+        raise RequestError(
+            "output_options.prompt_logprobs (completions' echo, or prompt_logprobs): prompt "
+            "logprobs are not supported on a disaggregated model (the prefill worker computes "
+            "the prompt and does not pass its logprobs on); use an aggregated model")
+
+
 def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], OutputOptions]:
     """The flat request's ids, its output options and the SGLang sampling params for computing
     the prompt's KV and the first token: one sequence, one new token. The frontend sends both legs at once, so prefill
@@ -60,6 +71,7 @@ def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], Out
         raise RequestError(str(exc)) from None
     check_tokens_request(req)
     check_one_choice(req.sampling_options.n)
+    check_no_prompt_logprobs(req.output_options.prompt_logprobs)
     ids = req.token_ids
     params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
                                     skip_tokenizer_init=True)

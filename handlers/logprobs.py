@@ -31,13 +31,25 @@ def _engine_kwargs(top: int) -> dict[str, Any]:
 
 def tokens_logprob_kwargs(opts: OutputOptions) -> dict[str, Any]:
     """Tokens mode: ``output_options.logprobs`` (the frontend's mapping of chat
-    ``logprobs``/``top_logprobs`` and completions ``logprobs``) -> engine kwargs."""
-    if opts.logprobs is None:
-        return {}
-    if not 0 <= opts.logprobs <= MAX_TOP_LOGPROBS:
-        raise RequestError(f"output_options.logprobs (from logprobs/top_logprobs) must be in "
-                           f"[0, {MAX_TOP_LOGPROBS}], got {opts.logprobs}")
-    return _engine_kwargs(opts.logprobs)
+    ``logprobs``/``top_logprobs`` and completions ``logprobs``) and
+    ``output_options.prompt_logprobs`` (completions' ``echo``, which the 1.6.1 frontend sends as
+    1, or the body's ``prompt_logprobs``) -> engine kwargs, as Dynamo's SGLang worker maps them:
+    prompt logprobs are SGLang's from position 0 (``logprob_start_len=0``), one top-k for both."""
+    kwargs: dict[str, Any] = {}
+    if opts.logprobs is not None:
+        _check_top("output_options.logprobs (from logprobs/top_logprobs)", opts.logprobs)
+        kwargs = _engine_kwargs(opts.logprobs)
+    if opts.prompt_logprobs is not None:
+        _check_top("output_options.prompt_logprobs (from echo/prompt_logprobs)",
+                   opts.prompt_logprobs)
+        top = max(kwargs.get("top_logprobs_num", 0), opts.prompt_logprobs)
+        kwargs = {**_engine_kwargs(top), "logprob_start_len": 0}
+    return kwargs
+
+
+def _check_top(field: str, value: int) -> None:
+    if not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise RequestError(f"{field} must be in [0, {MAX_TOP_LOGPROBS}], got {value}")
 
 
 def text_logprob_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
@@ -62,18 +74,42 @@ def prefill_request_options(kwargs: dict[str, Any]) -> OutputOptions:
     return OutputOptions(logprobs=kwargs["top_logprobs_num"])
 
 
-def tokens_fields(meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta_info`` -> TokenDelta's ``log_probs``/``top_logprobs`` (empty when not asked)."""
+def tokens_fields(meta: dict[str, Any], top: Optional[int] = None) -> dict[str, Any]:
+    """``meta_info`` -> TokenDelta's ``log_probs``/``top_logprobs`` (empty when not asked);
+    ``top``: at most that many alternatives (the engine's top-k also serves prompt logprobs)."""
     entries = meta.get("output_token_logprobs")
     if not entries:
         return {}
     out: dict[str, Any] = {"log_probs": [float(e[0]) for e in entries]}
     tops = meta.get("output_top_logprobs")
-    if tops:
+    if tops and top != 0:
         out["top_logprobs"] = [
-            [TopLogprob(rank, int(t[1]), t[2], float(t[0])) for rank, t in enumerate(pos, 1)]
+            [TopLogprob(rank, int(t[1]), t[2], float(t[0]))
+             for rank, t in enumerate(pos[:top], 1)]
             for pos in tops
         ]
+    return out
+
+
+def prompt_logprobs_payload(meta: dict[str, Any], top: int) -> Optional[list[Any]]:
+    """SGLang's ``input_token_logprobs`` / ``input_top_logprobs`` -> Dynamo's
+    ``engine_data.prompt_logprobs``: per prompt position None (the first: nothing precedes it)
+    or ``{str(token_id): {"logprob", "rank"?}}``, the prompt's own token and ``top``
+    alternatives (rank from 1), as Dynamo's SGLang worker builds it."""
+    entries = meta.get("input_token_logprobs")
+    if not entries:
+        return None
+    tops = meta.get("input_top_logprobs") or []
+    out: list[Any] = []
+    for i, (lp, tid, _) in enumerate(entries):
+        if lp is None:
+            out.append(None)
+            continue
+        pos: dict[str, dict[str, Any]] = {str(int(tid)): {"logprob": float(lp)}}
+        alts = (tops[i] if i < len(tops) else None) or ()
+        for rank, (alt_lp, alt_id, _) in enumerate(alts[:top], 1):
+            pos.setdefault(str(int(alt_id)), {"logprob": float(alt_lp)})["rank"] = rank
+        out.append(pos)
     return out
 
 

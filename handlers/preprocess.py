@@ -49,12 +49,15 @@ class _Snapshot(NamedTuple):
 
 
 def encode_chat(tok: Any, messages: list[dict[str, Any]], template_kwargs: dict,
-                budget_s: float = 2.0) -> list[int]:
+                budget_s: float = 2.0, tools: Optional[list[dict[str, Any]]] = None
+                ) -> list[int]:
     """Render the chat template (within `budget_s`), then encode; ids only (no attention mask
-    / type ids, which hold the GIL for milliseconds on long prompts)."""
+    / type ids, which hold the GIL for milliseconds on long prompts). `tools`: the request's
+    tool definitions, for templates that render them."""
     def render() -> str:
+        extra = {"tools": tools} if tools else {}  # absent, not None: as before tools existed
         return tok.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+            messages, tokenize=False, add_generation_prompt=True, **extra, **template_kwargs
         )
 
     try:
@@ -90,21 +93,44 @@ class Preprocessor:
         self._lock = threading.Lock()  # slow tokenizers are not thread-safe
         self._snapshot: Optional[_Snapshot] = self._clone() if self._fast else None
         self._recloning = False
+        self._inline_runs = 0  # jobs run on the loop thread, not the worker; on the loop only
 
     # --- public -------------------------------------------------------------------------
 
+    @property
+    def outstanding(self) -> int:
+        """Jobs submitted to the worker thread and not finished yet."""
+        return self._outstanding
+
+    @property
+    def recloning(self) -> bool:
+        """A new clone of a replaced or grown tokenizer backend is queued or being taken."""
+        return self._recloning
+
+    @property
+    def inline_runs(self) -> int:
+        """Jobs run inline on the event loop since start, rather than on the worker thread."""
+        return self._inline_runs
+
+    @property
+    def tokenizer_lock_held(self) -> bool:
+        """Whether the slow tokenizer's lock is taken now (a fast tokenizer never takes it)."""
+        return self._lock.locked()
+
     async def chat_token_ids(
-        self, messages: list[dict[str, Any]], template_kwargs: Optional[dict] = None
+        self, messages: list[dict[str, Any]], template_kwargs: Optional[dict] = None,
+        tools: Optional[list[dict[str, Any]]] = None,
     ) -> list[int]:
         """Template + tokenize once; the ids go to the engine and to the prefill worker.
 
-        Template variables always send the job to the worker thread: they can switch the
-        template onto branches whose cost the message size does not bound."""
-        small = not template_kwargs and len(messages) <= self._cfg.inline_max_messages and (
+        Template variables and tools always send the job to the worker thread: they can switch
+        the template onto branches whose cost the message size does not bound."""
+        small = not template_kwargs and not tools and (
+            len(messages) <= self._cfg.inline_max_messages) and (
             sum(len(m.get("content") or "") for m in messages) <= self._cfg.inline_max_chars
         )
         return await self.run(encode_chat, messages, template_kwargs or {},
-                              self._cfg.render_budget_s, inline_ok=small)
+                              self._cfg.render_budget_s, tools, inline_ok=small)
 
     async def run(self, fn: Callable[..., Any], *args: Any, inline_ok: bool = False) -> Any:
         """fn(tokenizer, *args) in arrival order; loop-side users of a slow tokenizer come
@@ -154,10 +180,12 @@ class Preprocessor:
 
     def _run_inline(self, fn: Callable[..., Any], args: tuple) -> Any:
         if self._fast:
+            self._inline_runs += 1
             return fn(self.tokenizer, *args)
         if not self._lock.acquire(blocking=False):
             return _BUSY
         try:
+            self._inline_runs += 1
             return fn(self.tokenizer, *args)
         finally:
             self._lock.release()

@@ -2,11 +2,12 @@
 than a 200 that silently ignored it (a client asking for JSON must not get prose).
 
 Only a field present with a non-default value is refused (`echo: false`, `tools: []` are
-fine). In Tokens mode the 1.6.1 frontend turns `prompt_logprobs` into
-`output_options.prompt_logprobs` and image/audio/video content parts into `multi_modal_data`;
-it drops `logit_bias` and handles `tools` itself, so those never reach a Tokens-mode worker.
-Structured output (`response_format`, `guided_*`, `sampling_options.guided_decoding`) is
-implemented in `handlers/guided.py`, logprobs in `handlers/logprobs.py`.
+fine). In Tokens mode the 1.6.1 frontend turns `prompt_logprobs` (and completions' `echo`)
+into `output_options.prompt_logprobs`, served in aggregated mode (`handlers/logprobs.py`), and
+image/audio/video content parts into `multi_modal_data`; it drops `logit_bias` and handles
+`tools` itself, so those never reach a Tokens-mode worker. Structured output
+(`response_format`, `guided_*`, `sampling_options.guided_decoding`) is implemented in
+`handlers/guided.py`, logprobs in `handlers/logprobs.py`.
 """
 
 from typing import Any, Callable, Optional
@@ -34,10 +35,9 @@ def _modalities(value: Any) -> bool:
 
 # OpenAI body field -> (is it set to something we would have to honour?, what it asks for)
 _TEXT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tools": (_set, "tool calling"),
-    "tool_choice": (_tool_choice, "tool calling"),
-    "functions": (_set, "tool calling"),
-    "function_call": (_tool_choice, "tool calling"),
+    # `tools` and `tool_choice` are served (handlers/tool_calls.py); the legacy names are not.
+    "functions": (_set, "legacy function calling; use tools"),
+    "function_call": (_tool_choice, "legacy function calling; use tool_choice"),
     "structured_outputs": (_set, "structured output"),
     "prompt_logprobs": (_not(None), "prompt logprobs"),
     "logit_bias": (_set, "logit bias"),
@@ -71,9 +71,8 @@ def _first_set(pairs: list[tuple[str, Any, str]]) -> Optional[tuple[str, str]]:
 
 
 def check_tokens_request(req: PreprocessedRequest) -> None:
-    opts, out = req.sampling_options, req.output_options
+    opts = req.sampling_options
     hit = _first_set([
-        ("output_options.prompt_logprobs", out.prompt_logprobs is not None, "prompt logprobs"),
         ("sampling_options.best_of", _not(1)(opts.best_of), "best-of sampling"),
         ("sampling_options.use_beam_search", bool(opts.use_beam_search), "beam search"),
         ("sampling_options.length_penalty", _not(1.0)(opts.length_penalty), "beam search"),

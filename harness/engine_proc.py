@@ -183,6 +183,11 @@ class EngineProcess:
         """A request's times (``TimingCapture.request``); needs ``capture_timings``."""
         return (await self._call("timings", rid=rid, room=room))["timings"]
 
+    @property
+    def pid(self) -> int:
+        """The engine process's id (what ``CpuEngine.attach_tokenizer_worker`` takes)."""
+        return self._child.pid
+
     def cpu_seconds(self) -> float:
         return cpu_seconds(self._child.pid)
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from protocol.limits import MAX_CHOICES, MAX_TOKENS_LIMIT
 from protocol.preprocessed import TokenId
 from protocol.sampling_rules import MinP, Penalty, RepetitionPenalty, Seed, Temperature, TopK, TopP
+from protocol.tools import ToolChoice, ToolDef
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
@@ -82,6 +83,9 @@ class ChatCompletionRequest(BaseModel):
     # its own template variables there (reasoning_effort -> enable_thinking, ...).
     chat_template_args: Optional[dict[str, Any]] = None
     nvext: Optional[NvExt] = None
+    tools: Optional[list[ToolDef]] = Field(default=None, max_length=512)
+    tool_choice: Optional[ToolChoice] = None
+    parallel_tool_calls: Optional[bool] = None
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -4,7 +4,7 @@ The Dynamo runtime takes plain dicts; `to_wire(struct)` converts with `msgspec.t
 which honours `omit_defaults` (absent keys rather than nulls where the frontend expects that).
 """
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -42,11 +42,32 @@ class TokenDelta(msgspec.Struct, omit_defaults=True):
     completion_usage: Optional[CompletionUsage] = None
     log_probs: Optional[list[float]] = None
     top_logprobs: Optional[list[list[TopLogprob]]] = None
+    # On the last delta: SGLang's matched_stop, which the 1.6.1 frontend shows as
+    # `nvext.stop_reason`, and `engine_data.prompt_logprobs` (its `nvext.prompt_logprobs`).
+    stop_reason: Optional[Union[str, int]] = None
+    engine_data: Optional[dict[str, Any]] = None
+
+
+class ChatFunctionDelta(msgspec.Struct, omit_defaults=True):
+    arguments: str  # no default: always sent, "" on a call's first delta as OpenAI does
+    name: Optional[str] = None  # on a call's first delta only
+
+
+class ChatToolCallDelta(msgspec.Struct, omit_defaults=True):
+    """OpenAI's streamed `tool_calls[]` entry: `id` and `type` on a call's first delta, then
+    argument text under the same `index`."""
+
+    index: int
+    function: ChatFunctionDelta
+    id: Optional[str] = None
+    type: Optional[str] = None
 
 
 class ChatDelta(msgspec.Struct, omit_defaults=True):
     role: Optional[str] = None
     content: Optional[str] = None
+    reasoning_content: Optional[str] = None  # split off by the worker's reasoning parser
+    tool_calls: Optional[list[ChatToolCallDelta]] = None
 
 
 class ChatTopLogprob(msgspec.Struct):
@@ -84,6 +105,9 @@ class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
     object: str  # no default, so omit_defaults never drops it: "chat.completion.chunk"
     choices: list[ChatChoice]
     usage: Optional[CompletionUsage] = None
+    # Dynamo's extension: the one part of a Text-mode chunk the 1.6.1 frontend passes on as
+    # is (it drops fields it does not know, such as a choice's `matched_stop`).
+    nvext: Optional[dict[str, Any]] = None
 
 
 CHUNK_OBJECT = "chat.completion.chunk"

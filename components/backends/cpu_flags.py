@@ -75,6 +75,9 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help="prompt tokens forwarded per prefill step")
     g.add_argument("--chunked-prefill-size", type=int, default=None,
                    help="forward long prompts in chunks of this many tokens (-1: off)")
+    g.add_argument("--enable-metrics", action="store_true",
+                   help="accepted for SGLang launch lines: the worker's Prometheus metrics are "
+                        "always on its system port's /metrics (DYN_SYSTEM_PORT)")
     g.add_argument("--enable-mixed-chunk", action="store_true",
                    help="run prefill chunks and the running rows' decode in one forward")
     g.add_argument("--disable-radix-cache", action="store_true",
@@ -88,6 +91,12 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help='JSON, e.g. {"publisher":"zmq"}: publish prefix-cache blocks and load for '
                         "Dynamo's KV router (the CPU engine reports them in-process; "
                         "'endpoint' is not used)")
+    g.add_argument("--tool-call-parser", default=None,
+                   help="SGLang's tool call parser (e.g. qwen25, hermes): Text mode parses the "
+                        "generated text into tool_calls (names checked at startup)")
+    g.add_argument("--reasoning-parser", default=None,
+                   help="SGLang's reasoning parser (e.g. qwen3): Text mode splits "
+                        "reasoning_content from content (names checked at startup)")
     g.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int,
                    default=1, help="the CPU engine runs one rank: only 1")
     g.add_argument("--trust-remote-code", action="store_true",

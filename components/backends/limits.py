@@ -20,6 +20,9 @@ class EngineLimits:
     # components/backends/sglang_aborts.py installed), so the worker may advertise
     # disagg_prefill_cancel_anytime_v1.
     cancel_anytime: bool = True
+    # Prompt tokens one forward takes (SGLang's --max-prefill-tokens), advertised as Dynamo
+    # 1.6.1 does; None: not advertised.
+    max_num_batched_tokens: int | None = None
 
     @property
     def request_token_limit(self) -> int:

@@ -27,15 +27,12 @@ def sglang_scheduler_info(engine: Any) -> dict[str, Any]:
 
 
 def sglang_requests_in_flight(engine: Any) -> int | None:
-    own = getattr(engine, "requests_in_flight", None)  # the CPU engine's count
-    if callable(own):
-        return own()
     states = getattr(engine.tokenizer_manager, "rid_to_state", None)
     return None if states is None else len(states)
 
 
 def sglang_tracked_rids(engine: Any, limit: int = 64) -> list[str] | None:
-    """The first `limit` rids SGLang's TokenizerManager tracks; None for the CPU engine."""
+    """The first `limit` rids SGLang's TokenizerManager tracks."""
     states = getattr(engine.tokenizer_manager, "rid_to_state", None)
     return sorted(states)[:limit] if isinstance(states, dict) else None
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from components.model_builder.templates import ADDED_TOKENS, TEMPLATES
 from components.model_builder.tokenizer import ENDOFTEXT, IM_END, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -37,13 +38,20 @@ SIZES = {
 }
 
 
-def build_model_dir(out: str | Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Build the model directory at `out` (overwriting its files) and return its path."""
+def build_model_dir(out: str | Path, size: str = "tiny", seed: int = 0,
+                    chat_template: str = "chatml") -> Path:
+    """Build the model directory at `out` (overwriting its files) and return its path.
+    `chat_template` (templates.py): the tokenizer's template and its added marker tokens."""
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; choose one of {sorted(SIZES)}")
+    if chat_template not in TEMPLATES:
+        raise ValueError(f"unknown chat template {chat_template!r}; choose one of "
+                         f"{sorted(TEMPLATES)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(VOCAB_SIZE)
+    tokenizer.chat_template = TEMPLATES[chat_template]
+    tokenizer.add_tokens(ADDED_TOKENS[chat_template])  # before the config reads len(tokenizer)
     eos_ids = [tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)]
     dims = SIZES[size]
     config = LlamaConfig(

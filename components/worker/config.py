@@ -3,8 +3,10 @@
 Flags come in two groups, as in Dynamo's own SGLang worker:
 - Dynamo flags (`--endpoint`, `--prefill-endpoint`, `--discovery-backend`, ...);
 - engine flags with SGLang's names. With `--engine sglang` the real `ServerArgs` parses them
-  (see `components.backends.sglang`); with the CPU engine the subset in `components.backends.cpu_flags`
-  does, with the same spellings, so one launch line works for both engines.
+  (see `components.backends.sglang_engine`); with the CPU engine the subset in
+  `components.backends.cpu_flags` does, with the same spellings, so one launch line works for
+  both engines. The engine backend (`components.backends.select`) and the worker's role
+  (`components.worker.role`) are decided here, once.
 """
 
 from __future__ import annotations
@@ -14,30 +16,20 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from enum import Enum
-from types import MappingProxyType
 from typing import Any
 
-from components.backends import cpu_flags
-from components.backends.factory import ENGINE_CHOICES, resolve_engine_kind
+from components.backends.base import EngineBackend
+from components.backends.select import ENGINE_CHOICES, select_backend
+from components.worker import disagg_config, dynamo_flags
+from components.worker.dynamo_flags import LaunchArgs
 from components.worker.hosts import is_wildcard
+from components.worker.parser_flags import ParserFlags, add_parser_flags, parser_flags
+from components.worker.role import Orchestrator, WorkerMode, WorkerRole
 from handlers.decode import DecodeConfig
-from handlers.frontend_disagg import ORCHESTRATORS
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "dynamo"
-
-
-class WorkerMode(Enum):
-    AGGREGATED = "agg"
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-    @classmethod
-    def from_disaggregation_mode(cls, value: str) -> "WorkerMode":
-        # SGLang spells aggregated as "null".
-        return {"null": cls.AGGREGATED, "prefill": cls.PREFILL, "decode": cls.DECODE}[value]
 
 
 @dataclass(frozen=True)
@@ -50,13 +42,8 @@ class DynamoArgs:
     prefill_wait_timeout: float  # bound on waiting for the prefill's first stream item
     prefill_instance_timeout: float  # bound on waiting for a prefill instance at startup
     debug_routes: bool  # expose /engine/kv_pages on the system port (tests, ops)
-    orchestrator: str = "frontend"  # who starts a disaggregated request's prefill
-    # Frontend-orchestrated prefill: end a leg whose room no decode claimed within this (0: never)
+    # Prefill: end a leg whose room no decode claimed within this (0: never)
     room_claim_timeout: float = 10.0
-
-    @property
-    def frontend_orchestrated(self) -> bool:
-        return self.orchestrator == "frontend"
 
     @property
     def namespace(self) -> str:
@@ -65,22 +52,26 @@ class DynamoArgs:
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    mode: WorkerMode
-    engine_kind: str  # "cpu" | "sglang"
+    role: WorkerRole
+    backend: EngineBackend
     dynamo: DynamoArgs
     model_path: str
     served_model_name: str
-    skip_tokenizer_init: bool
     host: str
     bootstrap_port: int
     log_level: str
-    # CPU: read-only mapping of EngineConfig kwargs; sglang: a resolved ServerArgs.
+    # What `backend.build` takes: the CPU engine's read-only EngineConfig kwargs, or SGLang's
+    # resolved ServerArgs.
     engine_args: Any
     # SGLang's --kv-events-config (JSON); components/worker/kv_events.py reads it.
     kv_events_config: str | None = None
     # After SIGTERM and the grace period: seconds in-flight requests get before they are ended
     # (Dynamo 1.6.1 bounds its drain at 30 s too).
     drain_timeout: float = 30.0
+    # Tool-call and reasoning parsers: Dynamo's (registered) and SGLang's (Text mode).
+    parsers: ParserFlags = ParserFlags()
+    # Dynamo 1.6.1's worker flags that shape registration and the runtime (dynamo_flags.py).
+    launch: LaunchArgs = LaunchArgs()
 
 
 def parse_endpoint(value: str, flag: str) -> str:
@@ -133,7 +124,7 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prefill-instance-timeout", type=_positive_float, default=60.0,
                    help="decode-orchestrated decode: seconds to wait at startup for a prefill "
                         "instance to appear")
-    g.add_argument("--disagg-orchestrator", choices=ORCHESTRATORS,
+    g.add_argument("--disagg-orchestrator", choices=Orchestrator.choices(),
                    default=os.environ.get("DYN_DISAGG_ORCHESTRATOR"),
                    help="prefill/decode workers: who starts a request's prefill. frontend "
                         "(Dynamo 1.6.1's style; the default in Tokens mode): both workers "
@@ -152,20 +143,17 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--debug-routes", action="store_true",
                    default=os.environ.get("DYN_DEBUG_ROUTES", "") == "1",
                    help="serve /engine/kv_pages (KV pool occupancy) on DYN_SYSTEM_PORT")
+    add_parser_flags(g)
 
 
-def build_parser(engine_kind: str) -> argparse.ArgumentParser:
+def build_parser(backend: EngineBackend) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m components",
         description="Dynamo worker (agg, prefill or decode) on SGLang or the embedded CPU engine",
     )
     _add_dynamo_flags(parser)
-    if engine_kind == "sglang":
-        from components.backends.sglang import add_sglang_flags
-
-        add_sglang_flags(parser)
-    else:
-        cpu_flags.add_cpu_engine_flags(parser)
+    backend.add_flags(parser)
+    dynamo_flags.add_dynamo_flags(parser)  # after the engine's: it yields to SGLang's spellings
     return parser
 
 
@@ -176,19 +164,19 @@ def reserve_free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def _orchestrator(ns: argparse.Namespace) -> str:
-    if ns.disagg_orchestrator is not None:
-        if ns.disagg_orchestrator not in ORCHESTRATORS:  # from the environment: unchecked
-            raise SystemExit(f"--disagg-orchestrator must be one of {ORCHESTRATORS}, "
-                             f"got {ns.disagg_orchestrator!r}")
-        return ns.disagg_orchestrator
-    return "frontend" if ns.skip_tokenizer_init else "decode"
+def _role(ns: argparse.Namespace) -> WorkerRole:
+    skip = bool(ns.skip_tokenizer_init)
+    # parse, not the parser's choices: a value from the environment is unchecked
+    orchestrator = (Orchestrator.parse(ns.disagg_orchestrator)
+                    if ns.disagg_orchestrator is not None else Orchestrator.default(skip))
+    return WorkerRole(WorkerMode.from_disaggregation_mode(ns.disaggregation_mode),
+                      orchestrator, skip)
 
 
-def _dynamo_args(ns: argparse.Namespace, mode: WorkerMode) -> DynamoArgs:
-    namespace = os.environ.get("DYN_NAMESPACE", DEFAULT_NAMESPACE)
-    default_component = "prefill" if mode is WorkerMode.PREFILL else "backend"
-    endpoint = parse_endpoint(ns.endpoint or f"{namespace}.{default_component}.generate", "--endpoint")
+def _dynamo_args(ns: argparse.Namespace, role: WorkerRole) -> DynamoArgs:
+    namespace = dynamo_flags.worker_namespace(ns.namespace or DEFAULT_NAMESPACE)
+    endpoint = parse_endpoint(ns.endpoint or f"{namespace}.{role.default_component}.generate",
+                              "--endpoint")
     prefill = parse_endpoint(ns.prefill_endpoint or f"{endpoint.split('.')[0]}.prefill.generate",
                              "--prefill-endpoint")
     if ns.migration_limit < 0:
@@ -198,7 +186,7 @@ def _dynamo_args(ns: argparse.Namespace, mode: WorkerMode) -> DynamoArgs:
         discovery_backend=ns.discovery_backend, request_plane=ns.request_plane,
         prefill_wait_timeout=ns.prefill_wait_timeout,
         prefill_instance_timeout=ns.prefill_instance_timeout, debug_routes=ns.debug_routes,
-        orchestrator=_orchestrator(ns), room_claim_timeout=_room_claim_timeout(ns),
+        room_claim_timeout=_room_claim_timeout(ns),
     )
 
 
@@ -209,43 +197,27 @@ def _room_claim_timeout(ns: argparse.Namespace) -> float:
     return ns.room_claim_timeout
 
 
-def _check_orchestrator(dynamo: DynamoArgs, mode: WorkerMode, skip_tokenizer_init: bool) -> None:
-    """The frontend's prefill router runs in its preprocessing pipeline, which a Text-mode model
-    (raw chat bodies, no --skip-tokenizer-init) bypasses: refuse at startup, not per request."""
-    if (mode is not WorkerMode.AGGREGATED and dynamo.frontend_orchestrated
-            and not skip_tokenizer_init):
-        raise SystemExit("--disagg-orchestrator frontend needs --skip-tokenizer-init (Tokens "
-                         "mode): the frontend orchestrates only requests it tokenizes; use "
-                         "--disagg-orchestrator decode for Text mode")
-
-
 def parse_args(argv: list[str]) -> WorkerConfig:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--engine", choices=ENGINE_CHOICES, default=os.environ.get("ENGINE", "auto"))
     known, _ = pre.parse_known_args(argv)
-    kind = resolve_engine_kind(known.engine)
-    parser = build_parser(kind)
-    if kind == "sglang":
-        from components.backends.sglang import merge_config_file
-
-        argv = merge_config_file(parser, argv)
-    ns = parser.parse_args(argv)
+    backend = select_backend(known.engine)
+    parser = build_parser(backend)
+    router, argv = dynamo_flags.split_router_flags(argv)
+    argv = disagg_config.expand(argv, lambda args: backend.expand_argv(parser, args))
+    ns, unknown = parser.parse_known_args(argv)
+    dynamo_flags.refuse_unknown(unknown, backend.name)
+    ns.served_model_name, aliases = dynamo_flags.served_names(ns.served_model_name, ns.model_path)
+    dynamo_flags.apply_gateway_workers(ns)
     if not any(a.startswith("--disaggregation-bootstrap-port") for a in argv):
         ns.disaggregation_bootstrap_port = reserve_free_port(ns.host)
-    mode = WorkerMode.from_disaggregation_mode(ns.disaggregation_mode)
-    dynamo = _dynamo_args(ns, mode)
-    _check_orchestrator(dynamo, mode, bool(ns.skip_tokenizer_init))
-    if kind == "sglang":
-        from components.backends.sglang import server_args_from_namespace
-
-        engine_args: Any = server_args_from_namespace(ns)
-    else:
-        engine_args = MappingProxyType(cpu_flags.engine_kwargs(ns))
+    role = _role(ns)
     return WorkerConfig(
-        mode=mode, engine_kind=kind, dynamo=dynamo, model_path=ns.model_path,
-        served_model_name=ns.served_model_name or ns.model_path,
-        skip_tokenizer_init=bool(ns.skip_tokenizer_init), host=ns.host,
+        role=role, backend=backend, dynamo=_dynamo_args(ns, role), model_path=ns.model_path,
+        served_model_name=ns.served_model_name, host=ns.host,
         bootstrap_port=int(ns.disaggregation_bootstrap_port), log_level=ns.log_level,
-        engine_args=engine_args, kv_events_config=getattr(ns, "kv_events_config", None),
-        drain_timeout=ns.drain_timeout,
+        engine_args=backend.engine_args(ns),
+        kv_events_config=getattr(ns, "kv_events_config", None), drain_timeout=ns.drain_timeout,
+        parsers=parser_flags(ns, role.text_mode),
+        launch=dynamo_flags.launch_args(ns, role.text_mode, aliases, router),
     )

@@ -19,12 +19,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from components.backends.sglang_compat import (
-    sglang_requests_in_flight, sglang_scheduler_requests, sglang_tracked_rids,
-)
+from components.backends.base import EngineBackend
 
 
-def register_debug_routes(runtime: Any, engine: Any) -> None:
+def register_debug_routes(runtime: Any, backend: EngineBackend, engine: Any) -> None:
     async def kv_pages(_body: dict) -> dict:
         # Only the CPU engine exposes occupancy; SGLang reports it through its own metrics.
         pages = getattr(engine, "kv_pages_in_use", None)
@@ -33,9 +31,9 @@ def register_debug_routes(runtime: Any, engine: Any) -> None:
 
     async def requests(_body: dict) -> dict:
         # The rids, so a request left behind can be found in the worker's log.
-        return {"in_flight": sglang_requests_in_flight(engine),
-                "rids": sglang_tracked_rids(engine),
-                "scheduler": sglang_scheduler_requests(engine)}
+        return {"in_flight": backend.requests_in_flight(engine),
+                "rids": backend.tracked_rids(engine),
+                "scheduler": backend.scheduler_requests(engine)}
 
     async def prefix_cache(_body: dict) -> dict:
         cached, hits = (getattr(engine, name, None) for name in ("kv_pages_cached",

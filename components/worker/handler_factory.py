@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from components.worker.config import WorkerConfig, WorkerMode
-from components.backends.factory import engine_limits
+from components.worker.config import WorkerConfig
 from components.worker.hosts import advertised_host
 from components.worker.metrics import WorkerMetrics
 from handlers import (
@@ -30,19 +29,19 @@ def bootstrap_endpoint(config: WorkerConfig, engine: Any) -> tuple[str, int]:
     """Where a decode engine dials this prefill engine's bootstrap server. The port is the
     engine's own record: the CPU engine reports the port it really bound (port 0)."""
     port = int(engine.server_args.disaggregation_bootstrap_port)
-    return advertised_host(config.host, config.engine_kind), port
+    return advertised_host(config.host, config.backend), port
 
 
 def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any],
                   metrics: Optional[WorkerMetrics] = None, rooms: Optional[Any] = None) -> Any:
     """`rooms`: the room watch (prefill) or the room claims (decode), frontend-orchestrated."""
-    if config.mode is WorkerMode.PREFILL:
+    if config.role.prefill:
         host, port = bootstrap_endpoint(config, engine)
         return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port),
                               rooms=rooms)
-    limits = engine_limits(config.engine_kind, engine)
+    limits = config.backend.limits(engine)
     preprocessor = None
-    if not config.skip_tokenizer_init:
+    if config.role.text_mode:
         tokenizer = engine.tokenizer_manager.tokenizer
         preprocessor = (metrics.timed_preprocessor(tokenizer) if metrics is not None
                         else Preprocessor(tokenizer))
@@ -50,13 +49,28 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
         served_model_name=config.served_model_name,
         context_length=limits.request_token_limit,
         vocab_size=_vocab_size(engine),
-        skip_tokenizer_init=config.skip_tokenizer_init,
-        disaggregated=config.mode is WorkerMode.DECODE,
-        orchestrator=config.dynamo.orchestrator,
+        skip_tokenizer_init=config.role.skip_tokenizer_init,
+        disaggregated=config.role.decode,
+        frontend_orchestrated=config.role.frontend_orchestrated,
         bootstrap_timeout_s=config.dynamo.prefill_wait_timeout,
     )
     return DecodeHandler(engine, decode_config, prefill_client=prefill_client,
-                         preprocessor=preprocessor, rooms=rooms)
+                         preprocessor=preprocessor, rooms=rooms,
+                         parsers=_chat_parsers(config, preprocessor))
+
+
+def _chat_parsers(config: WorkerConfig, preprocessor: Optional[Preprocessor]) -> Optional[Any]:
+    """Text mode with SGLang's --tool-call-parser / --reasoning-parser: the worker parses its
+    own output (Tokens mode: the frontend does, with the registered --dyn-* parsers)."""
+    if preprocessor is None or not config.parsers.native:
+        return None
+    flags = config.parsers
+    from components.backends.sglang_parsers import SglangChatParsers  # imports sglang
+
+    return SglangChatParsers(flags.tool_call_parser, flags.reasoning_parser,
+                             preprocessor.tokenizer,
+                             whitespace={"any_whitespace": flags.json_any_whitespace,
+                                         "max_whitespace_cnt": flags.json_max_whitespace_cnt})
 
 
 def _bos_token_id(engine: Any) -> int:
@@ -68,10 +82,10 @@ def _bos_token_id(engine: Any) -> int:
 
 def health_check_payload(config: WorkerConfig, engine: Any) -> dict[str, Any]:
     bos = _bos_token_id(engine)
-    if config.mode is WorkerMode.PREFILL:
+    if config.role.prefill:
         return prefill_health_payload(bos)
-    payload = decode_health_payload(bos, text_mode=not config.skip_tokenizer_init)
-    if config.mode is WorkerMode.DECODE and config.dynamo.frontend_orchestrated:
+    payload = decode_health_payload(bos, text_mode=config.role.text_mode)
+    if config.role.receives_rooms:
         # No frontend injects a room into a canary: SGLang's fake host makes it a local no-op.
         port = int(engine.server_args.disaggregation_bootstrap_port)
         payload["bootstrap_info"] = {"bootstrap_host": FAKE_BOOTSTRAP_HOST,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import socket
 
+from components.backends.base import EngineBackend
+
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -12,18 +14,13 @@ def is_wildcard(host: str) -> bool:
     return host in WILDCARD_HOSTS
 
 
-def advertised_host(host: str, engine_kind: str) -> str:
+def advertised_host(host: str, backend: EngineBackend) -> str:
     """The address a decode engine should dial for this prefill's bootstrap server: the bind
-    address, or this machine's address when bound to a wildcard. For SGLang, the address
-    SGLang's own bootstrap advertises (honours SGLANG_HOST_IP; the host name can resolve to a
-    loopback alias such as 127.0.1.1, which no other machine can dial)."""
+    address, or this machine's address as the engine itself would advertise it when bound to a
+    wildcard."""
     if not is_wildcard(host):
         return host
-    if engine_kind == "sglang":
-        from components.backends.sglang import local_ip
-
-        return local_ip()
-    return socket.gethostbyname(socket.gethostname())
+    return backend.local_ip()
 
 
 def free_system_port(host: str) -> int:

@@ -23,6 +23,8 @@ from urllib.parse import urlparse
 
 from dynamo.llm import KvEventPublisher, WorkerMetricsPublisher
 
+from components.backends.base import EngineBackend
+
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 5.0
@@ -103,19 +105,23 @@ class KvPublishing:
         self._publisher: KvEventPublisher | None = None
         self._relay: EngineKvRelay | None = None
 
-    async def start(self, endpoint: Any, engine_kind: str, engine: Any, page_size: int,
-                    kv_events_config: str) -> None:
-        if engine_kind == "sglang":
+    async def start(self, endpoint: Any, backend: EngineBackend, engine: Any, page_size: int,
+                    kv_events_config: str, local_indexer: bool = False) -> None:
+        """`local_indexer`: what the model card advertises (register.local_indexer); the
+        publisher then serves the worker-local indexer the router may query, as 1.6.1's does."""
+        if backend.kv_events_over_zmq:
             zmq_endpoint = sglang_zmq_endpoint(kv_events_config)
             self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
-                                               zmq_endpoint=zmq_endpoint, zmq_topic="")
+                                               zmq_endpoint=zmq_endpoint, zmq_topic="",
+                                               enable_local_indexer=local_indexer)
             logger.info("relaying SGLang KV events from %s (block size %d)", zmq_endpoint,
                         page_size)
             return
         metrics = WorkerMetricsPublisher()
         await metrics.create_endpoint(endpoint)
         metrics.publish(0, kv_used_blocks=0)
-        self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size)
+        self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
+                                           enable_local_indexer=local_indexer)
         self._relay = EngineKvRelay(self._publisher, metrics, page_size)
         engine.set_kv_event_listener(self._relay)
         logger.info("publishing the CPU engine's KV events and load (block size %d)", page_size)

@@ -20,15 +20,16 @@ from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
 from dynamo.common.utils.prometheus import register_engine_metrics_callback
 from dynamo.runtime import DistributedRuntime
 
-from components.worker.config import WorkerConfig, WorkerMode, parse_args
+from components.worker.config import WorkerConfig, parse_args
+from components.worker.config_dump import dump_worker_config
 from components.worker.debug_routes import register_debug_routes
-from components.backends.factory import abort_process_requests, end_orphaned_requests, engine_limits
 from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.worker.hosts import is_wildcard
 from components.worker.kv_events import KvPublishing, kv_events_enabled
 from components.worker.loop_lag import LoopLagMonitor
 from components.worker.metrics import WorkerMetrics
-from components.worker.register import register_served_model, role_for, unregister_served_model
+from components.worker.register import (local_indexer, register_served_model,
+                                        unregister_served_model)
 from components.worker.rooms.wiring import room_claims, start_room_watch
 from components.worker.runtime import translate_errors
 from components.worker.shutdown import (
@@ -62,11 +63,11 @@ def publishes_kv_events(config: WorkerConfig) -> bool:
     """Aggregated workers with --kv-events-config: decode engines keep no prefix cache and
     prefill workers register no model (components/worker/kv_events.py)."""
     enabled = kv_events_enabled(config.kv_events_config)
-    if enabled and config.mode is not WorkerMode.AGGREGATED:
+    if enabled and not config.role.aggregated:
         logger.warning("--kv-events-config: only aggregated workers publish KV events")
     # With --tokenizer-worker-num the engine process publishes for its engine; the attached
     # processes have no engine of their own to listen to.
-    return enabled and config.mode is WorkerMode.AGGREGATED and engine_pid() is None
+    return enabled and config.role.aggregated and engine_pid() is None
 
 
 class Worker:
@@ -99,24 +100,25 @@ class Worker:
         decode-orchestrated prefill, which serves a private endpoint)."""
         serving = self.serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
             translate_errors(self.metrics.instrument(
-                handler.generate, streams_tokens=self.config.mode is not WorkerMode.PREFILL)),
+                handler.generate, streams_tokens=self.config.role.streams_tokens)),
             graceful_shutdown=True,
             health_check_payload=health_check_payload(self.config, self.engine),
         ))
         try:
-            if role_for(self.config) is not None:
-                limits = engine_limits(self.config.engine_kind, self.engine)
+            if self.config.role.registers:
+                limits = self.config.backend.limits(self.engine)
                 bootstrap = (bootstrap_endpoint(self.config, self.engine)
-                             if self.config.mode is WorkerMode.PREFILL else None)
+                             if self.config.role.prefill else None)
                 kv_events = publishes_kv_events(self.config)
                 if kv_events:
-                    await self.kv_publishing.start(self.endpoint, self.config.engine_kind,
+                    await self.kv_publishing.start(self.endpoint, self.config.backend,
                                                    self.engine, limits.page_size,
-                                                   self.config.kv_events_config)
+                                                   self.config.kv_events_config,
+                                                   local_indexer(self.config.role))
                 await register_served_model(self.endpoint, self.config, limits, bootstrap,
                                             kv_events)
                 self.registered = True
-            logger.info("worker ready: %s serving %s", self.config.mode.value,
+            logger.info("worker ready: %s serving %s", self.config.role.mode.value,
                         self.config.dynamo.endpoint)
             await serving
         except asyncio.CancelledError:
@@ -131,8 +133,8 @@ class Worker:
     def orphan(self) -> None:
         """This attached process's engine process exited: no output will come for the requests
         it holds, so end them now (a 503) rather than at the drain's end."""
-        count = end_orphaned_requests(self.config.engine_kind, self.engine,
-                                      "the engine process exited")
+        count = self.config.backend.end_orphaned_requests(self.engine,
+                                                          "the engine process exited")
         logger.error("the engine process exited: ended %d request(s)", count)
         self._orphaned.set()
 
@@ -162,7 +164,7 @@ class Worker:
         self.runtime.shutdown()
         if self.serving is not None:
             await drain(self.serving, self.live, self.config.drain_timeout)
-        if self.config.mode is WorkerMode.PREFILL and not self._orphaned.is_set():
+        if self.config.role.prefill and not self._orphaned.is_set():
             await settle(self.live)
 
 
@@ -171,38 +173,38 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
     bind_runtime_to_host(config.host)
     loop = asyncio.get_running_loop()
     runtime = DistributedRuntime(loop, config.dynamo.discovery_backend,
-                                 config.dynamo.request_plane)
+                                 config.dynamo.request_plane,
+                                 event_plane=config.launch.event_plane,
+                                 response_plane=config.launch.response_plane)
     if config.dynamo.migration_limit > 0:
         logger.warning("--migration-limit is a frontend setting in Dynamo 1.6.1; "
                        "pass it to dynamo.frontend")
-    logger.info("starting %s engine (%s) for %s", config.engine_kind, config.mode.value,
+    logger.info("starting %s engine (%s) for %s", config.backend.name, config.role.mode.value,
                 config.served_model_name)
     engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
     signals = StopSignals(asyncio.current_task(), workers)
     SignalGuard(loop).take(signals)
     if workers is not None:
-        workers.watch(loop, lambda pid: abort_process_requests(
-            config.engine_kind, engine, rid_prefix(pid)))
+        workers.watch(loop, lambda pid: config.backend.abort_process_requests(
+            engine, rid_prefix(pid)))
     if engine_pid() is not None:
         watch_exit(loop, engine_pid(), signals.engine_exited)
     handler = worker = lag = rooms = None
     try:
-        prefill = None
-        if config.mode is WorkerMode.DECODE and not config.dynamo.frontend_orchestrated:
-            prefill = await connect_prefill(runtime, config)
-        elif config.mode is WorkerMode.DECODE:
+        prefill = await connect_prefill(runtime, config) if config.role.calls_prefill else None
+        if config.role.claims_rooms:
             rooms = await room_claims(runtime, config)
-        elif config.mode is WorkerMode.PREFILL:
+        elif config.role.prefill:
             rooms = await start_room_watch(runtime, config, bootstrap_endpoint(config, engine))
         metrics = WorkerMetrics(engine)
         lag = LoopLagMonitor(metrics.loop_lag.observe)
         lag.start()
         handler = build_handler(config, engine, prefill, metrics, rooms)
         if config.dynamo.debug_routes:
-            register_debug_routes(runtime, engine)
+            register_debug_routes(runtime, config.backend, engine)
         worker = Worker(config, runtime, engine, metrics, handler.live)
         worker.expose_metrics()
-        if config.mode is WorkerMode.PREFILL:
+        if config.role.prefill:
             await warmup_prefill(config, engine)
         signals.worker = worker
         await worker.serve(handler)
@@ -230,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config = parse_args(argv)
     configure_logging(config.log_level)
+    dump_worker_config(config)  # 1.6.1's --dump-config-to
     try:
         asyncio.run(run_worker(config, argv))
     except StartupInterrupted as exc:

@@ -110,10 +110,11 @@ class TimedPreprocessor(Preprocessor):
         self._observe = observe
 
     async def chat_token_ids(self, messages: list[dict[str, Any]],
-                             template_kwargs: Optional[dict] = None) -> list[int]:
+                             template_kwargs: Optional[dict] = None,
+                             tools: Optional[list[dict[str, Any]]] = None) -> list[int]:
         start = time.monotonic()
         try:
-            return await super().chat_token_ids(messages, template_kwargs)
+            return await super().chat_token_ids(messages, template_kwargs, tools)
         finally:
             self._observe(time.monotonic() - start)
 

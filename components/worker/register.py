@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from dynamo.common.configuration.groups.router_args import build_router_config
+from dynamo.common.utils.endpoint_types import parse_endpoint_types
 from dynamo.llm import (
     ModelInput,
     ModelRuntimeConfig,
@@ -28,8 +30,9 @@ from dynamo.llm import (
     unregister_model,
 )
 
-from components.worker.config import WorkerConfig, WorkerMode
 from components.backends.limits import EngineLimits
+from components.worker.config import WorkerConfig
+from components.worker.role import WorkerRole
 
 logger = logging.getLogger(__name__)
 
@@ -46,20 +49,21 @@ CANCEL_ANYTIME = "disagg_prefill_cancel_anytime_v1"
 
 
 @dataclass(frozen=True)
-class Role:
+class Registration:
     worker_type: Any
     needs: list
     prefill_model: bool = False  # registers ModelType.Prefill, advertises its bootstrap endpoint
 
 
-def role_for(config: WorkerConfig) -> Optional[Role]:
+def registration_for(role: WorkerRole) -> Optional[Registration]:
     """What this worker registers as; None: nothing (a decode-orchestrated prefill)."""
-    frontend = config.dynamo.frontend_orchestrated
-    if config.mode is WorkerMode.PREFILL:
-        return Role(WorkerType.Prefill, [[WorkerType.Decode]], True) if frontend else None
-    if config.mode is WorkerMode.DECODE and frontend:
-        return Role(WorkerType.Decode, [[WorkerType.Prefill]])
-    return Role(WorkerType.Aggregated, [])
+    if not role.registers:
+        return None
+    if role.prefill:
+        return Registration(WorkerType.Prefill, [[WorkerType.Decode]], True)
+    if role.receives_rooms:
+        return Registration(WorkerType.Decode, [[WorkerType.Prefill]])
+    return Registration(WorkerType.Aggregated, [])
 
 
 def runtime_config_for(limits: EngineLimits, config: Optional[WorkerConfig] = None,
@@ -70,13 +74,37 @@ def runtime_config_for(limits: EngineLimits, config: Optional[WorkerConfig] = No
     runtime_config.total_kv_blocks = math.ceil(limits.max_total_num_tokens / limits.page_size)
     if limits.max_running_requests is not None:
         runtime_config.max_num_seqs = limits.max_running_requests
-    if config is not None and config.mode is not WorkerMode.AGGREGATED \
-            and config.dynamo.frontend_orchestrated:
+    if limits.max_num_batched_tokens is not None:
+        runtime_config.max_num_batched_tokens = limits.max_num_batched_tokens
+    if config is not None:
+        # As Dynamo 1.6.1's worker does: the frontend parses tool calls and reasoning with
+        # these (None: no parsing) in what it detokenizes.
+        runtime_config.tool_call_parser = config.parsers.dyn_tool_call_parser
+        runtime_config.reasoning_parser = config.parsers.dyn_reasoning_parser
+        # As 1.6.1: a decode worker serves no worker-local KV indexer (its KV publisher, if
+        # any, gets the same value: kv_events.py); every other role advertises one.
+        runtime_config.enable_local_indexer = local_indexer(config.role)
+        runtime_config.exclude_tools_when_tool_choice_none = (
+            config.launch.exclude_tools_when_tool_choice_none)
+    if config is not None and config.role.frontend_orchestrated:
         if limits.cancel_anytime:
             runtime_config.set_engine_specific(CANCEL_ANYTIME, json.dumps(True))
-        if config.mode is WorkerMode.PREFILL:
+        if config.role.prefill:
             runtime_config.set_disaggregated_endpoint(*bootstrap)
     return runtime_config
+
+
+def local_indexer(role: WorkerRole) -> bool:
+    return not role.decode
+
+
+def served_endpoints(config: WorkerConfig, model_type: Any) -> Any:
+    """1.6.1's `--endpoint-types` (chat, completions or none) for a Tokens-mode model; a
+    Text-mode model serves chat (or nothing, with none)."""
+    wanted = parse_endpoint_types(config.launch.endpoint_types)
+    if wanted == ModelType.Empty or not config.role.text_mode:
+        return wanted
+    return model_type
 
 
 def model_kind(skip_tokenizer_init: bool, prefill: bool = False) -> tuple[Any, Any]:
@@ -94,13 +122,15 @@ async def register_served_model(endpoint: Any, config: WorkerConfig, limits: Eng
                                 kv_events: bool = False) -> None:
     """`kv_events`: the worker publishes KV events (components/worker/kv_events.py), so the KV
     router may score it by cached blocks."""
-    role = role_for(config)
+    role = registration_for(config.role)
     if role is None:
         return
-    model_input, model_type = model_kind(config.skip_tokenizer_init, role.prefill_model)
+    model_input, model_type = model_kind(config.role.skip_tokenizer_init, role.prefill_model)
+    if not role.prefill_model:
+        model_type = served_endpoints(config, model_type)
     runtime_config = runtime_config_for(limits, config, bootstrap)
     runtime_config.kv_event_publishing_enabled = kv_events
-    if not config.skip_tokenizer_init and not role.prefill_model:
+    if config.role.text_mode and not role.prefill_model:
         logger.info("Text mode (no --skip-tokenizer-init): only /v1/chat/completions is served")
     try:
         await register_model(
@@ -113,6 +143,9 @@ async def register_served_model(endpoint: Any, config: WorkerConfig, limits: Eng
             needs=role.needs,
             kv_cache_block_size=limits.page_size,
             runtime_config=runtime_config,
+            custom_template_path=config.launch.custom_jinja_template,
+            router_config=build_router_config(config.launch.router),
+            model_aliases=list(config.launch.model_aliases) or None,
         )
     except Exception as exc:  # the runtime raises bare Exceptions; re-raise as one loud type
         raise RegistrationError(

@@ -8,9 +8,8 @@ import logging
 from typing import Any
 
 from components.worker.config import WorkerConfig
-from components.backends.factory import attach_engine, build_engine
 from components.worker.runtime import RuntimePrefillClient
-from components.worker.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine, worker_count
+from components.worker.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +33,7 @@ async def connect_prefill(runtime: Any, config: WorkerConfig) -> RuntimePrefillC
 async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
     """SGLang prefill engines take one request through the prefill path before serving, as
     Dynamo's do; the CPU engine has nothing to compile or allocate lazily."""
-    if config.engine_kind != "sglang":
-        return
-    from components.backends.sglang import warmup_prefill as sglang_warmup
-
-    await sglang_warmup(engine, int(engine.server_args.disaggregation_bootstrap_port))
+    await config.backend.warmup_prefill(engine)
 
 
 def start_engine(config: WorkerConfig, argv: list[str]) -> tuple[Any, TokenizerWorkers | None]:
@@ -47,7 +42,7 @@ def start_engine(config: WorkerConfig, argv: list[str]) -> tuple[Any, TokenizerW
     parent = engine_pid()
     if parent is not None:
         exit_with_engine()
-        return attach_engine(config.engine_kind, parent), None
-    engine = build_engine(config.engine_kind, config.engine_args)
-    count = worker_count(config.engine_kind, config.engine_args)
+        return config.backend.attach(parent), None
+    engine = config.backend.build(config.engine_args)
+    count = config.backend.tokenizer_worker_count(config.engine_args)
     return engine, (TokenizerWorkers.start(count, argv) if count > 1 else None)

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from components.worker.hosts import free_system_port
 
@@ -30,12 +29,6 @@ logger = logging.getLogger(__name__)
 ENGINE_PID_ENV = "DYN_SGLANG_ENGINE_PID"  # set only in the processes this module starts
 STOP_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
-
-
-def worker_count(kind: str, engine_args: Any) -> int:
-    if kind == "sglang":
-        return int(getattr(engine_args, "tokenizer_worker_num", 1) or 1)
-    return int(engine_args.get("tokenizer_worker_num", 1))
 
 
 def engine_pid() -> int | None:

@@ -253,6 +253,28 @@ def test_logprobs_equal_cpu_engine_and_transformers(stack, http, tokenizer, tiny
     check_chat(http, stack.url, tokenizer, tiny_model_path, PROMPTS[1], model=SGLANG)
 
 
+def test_prompt_logprobs_and_matched_stop_equal_cpu_engine(stack, http):
+    # logprob_start_len=0 and finish_reason["matched"] on sglang.Engine, as the handlers map
+    # them (`nvext` shows both: docs/compatibility.md); the CPU engine's `tiny-agg` is the
+    # reference. Prompt logprobs: /v1/completions' echo, Tokens mode only.
+    ask = {"nvext": {"extra_fields": ["prompt_logprobs", "stop_reason"]}}
+    plain = {"messages": user(PROMPTS[1]), "temperature": 0.0, "max_tokens": 12, **ask}
+    text = chat(http, stack.url, {"model": AGG, **plain})["choices"][0]["message"]["content"]
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    for model in (SGLANG, AGG):
+        out = chat(http, stack.url, {"model": model, **plain, "stop": [stop]})
+        assert out["nvext"]["stop_reason"] == stop, (model, out)
+    if stack.mode == "text":
+        return
+    echo = {"prompt": PROMPTS[1], **GREEDY, "echo": True, "logprobs": 3, **ask}
+    got, ref = (post(http, stack.url, "completions", {**echo, "model": m}).json()["nvext"]
+                for m in (SGLANG, AGG))
+    assert got["prompt_logprobs"][0] is None and len(got["prompt_logprobs"]) > 2
+    for mine, want in zip(got["prompt_logprobs"][1:], ref["prompt_logprobs"][1:]):
+        assert mine.keys() == want.keys()
+        assert all(abs(mine[k]["logprob"] - want[k]["logprob"]) < 1e-3 for k in mine)
+
+
 def test_sigterm_after_traffic_unregisters_drains_and_exits_zero(stack, http):
     """Last in the module: it stops the shared SGLang worker."""
     assert chat(http, stack.url, body(SGLANG, "warm", max_tokens=2))["usage"]["completion_tokens"] == 2

@@ -83,7 +83,7 @@ TOKENS_ONLY: list[tuple[str, str, Any]] = [
     ("completion-prompt-out-of-vocab", COMPLETIONS, {"prompt": [1, 2, 99999]}),
     ("completion-prompt-dict", COMPLETIONS, {"prompt": {"a": 1}}),
     ("completion-prompt-over-context", COMPLETIONS, {"prompt": [7] * 2100}),
-    ("completion-echo", COMPLETIONS, {"prompt": "hi", "echo": True}),
+    ("completion-prompt-logprobs-over-20", COMPLETIONS, {"prompt": "hi", "prompt_logprobs": 21}),
     ("completion-logprobs-over-20", COMPLETIONS, {"prompt": "hi", "logprobs": 21}),
 ]
 
@@ -95,7 +95,7 @@ TEXT_ONLY: list[tuple[str, str, Any]] = [
     ("template-no-generation-prompt", CHAT,
      {"chat_template_kwargs": {"add_generation_prompt": False}}),
     ("template-huge-variables", CHAT, {"chat_template_kwargs": {"x": "y" * 40000}}),
-    ("tools", CHAT, {"tools": TOOLS}),
+    # A forced tool choice needs a tool-call parser, which the fuzz stack's workers have not.
     ("tool-choice-required-text", CHAT, {"tools": TOOLS, "tool_choice": "required"}),
     ("logit-bias", CHAT, {"logit_bias": {"5": 10}}),
     ("token-data-out-of-vocab", CHAT, {"nvext": {"token_data": [1, 2, 99999]}}),
@@ -129,8 +129,10 @@ EXTREME: list[tuple[str, str, Any]] = [
     ("logprobs-top-20-min-tokens", CHAT, {"logprobs": True, "top_logprobs": 20, "min_tokens": 4,
                                           "temperature": 3e38}),
     # Tokens mode: the frontend turns it into guided_decoding (a JSON array of tool calls), which
-    # the worker honours; Text mode: the worker refuses `tools`.
+    # the worker honours; Text mode: a worker without --tool-call-parser refuses it.
     ("tool-choice-required", CHAT, {"tools": TOOLS, "tool_choice": "required"}),
+    # Both modes render `tools` into the template (the frontend, or the Text-mode worker).
+    ("tools", CHAT, {"tools": TOOLS}),
     # The frontend turns this into template variables (enable_thinking, ...): they must pass.
     ("reasoning-effort", CHAT, {"reasoning_effort": "high"}),
     ("template-variable", CHAT, {"chat_template_kwargs": {"enable_thinking": False}}),

@@ -62,7 +62,7 @@ class Fuzzer:
             return Hello(agent_name=self.name(), agent_metadata=r.randbytes(r.randint(1, 600)),
                          ucx_error_handling="none")
         if kind == 3:  # the real decode's metadata under another name
-            return Hello(agent_name=self.name(), agent_metadata=self.dec.transport._nixl.metadata,
+            return Hello(agent_name=self.name(), agent_metadata=self.dec.transport.agent_metadata,
                          ucx_error_handling="none")
         if kind in (4, 5):  # a real agent's Hello, maybe under the real decode's name
             agent = r.choice(self.agents)

@@ -58,3 +58,27 @@ def test_same_seed_same_files_other_seed_other_weights(tmp_path, tiny_model_path
 def test_unknown_size_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="unknown model size 'huge'"):
         build_model_dir(tmp_path, "huge")
+
+
+def test_qwen3_template_renders_tools_and_thinking_and_plain_chats_as_chatml(tmp_path):
+    from components.model_builder.templates import CHAT_TEMPLATE, QWEN3_TEMPLATE
+
+    tok = AutoTokenizer.from_pretrained(build_model_dir(tmp_path / "q", "tiny", 0, "qwen3"))
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    plain = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert plain == tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True,
+                                            chat_template=CHAT_TEMPLATE)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    history = chat + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "42"}]
+    text = tok.apply_chat_template(history, tools=tools, tokenize=False,
+                                   add_generation_prompt=True, enable_thinking=False)
+    assert '<tools>\n{"type": "function", "function": {"name": "f"' in text
+    assert '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>' in text
+    assert "<tool_response>\n42\n</tool_response>" in text
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    # Qwen3's markers are one token each, as in its own tokenizer.
+    for marker in ("<tool_call>", "</tool_call>", "<think>", "</think>"):
+        assert len(tok.encode(marker, add_special_tokens=False)) == 1, marker
+    assert tok.chat_template == QWEN3_TEMPLATE

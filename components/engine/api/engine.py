@@ -118,6 +118,11 @@ class CpuEngine(SyncGenerateMixin):
         with self._lock:
             return len(self._live_rids)
 
+    def rid_in_flight(self, rid: str) -> bool:
+        """Whether ``rid`` names a request not finished yet (a new request may not reuse it)."""
+        with self._lock:
+            return rid in self._live_rids
+
     def queue_depth(self) -> int:
         """Requests waiting for the scheduler to admit them."""
         return self._loop.queue_depth()

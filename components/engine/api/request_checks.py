@@ -7,6 +7,7 @@ from typing import Any
 
 from components.engine.config import DisaggregationMode
 from components.engine.core.sequence import Bootstrap, Sequence
+from components.engine.output.logprobs import check_start_len
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, host_problem
 from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
 
@@ -27,10 +28,15 @@ class InvalidRequest(ValueError):
 def check_request(seq: Sequence, tokenizer: Any, limits: Limits, choices: int) -> None:
     """Every check, in admission's order; fills in what they settle (``input_ids``,
     ``max_new_tokens``, ``reserve_tokens``). Raises InvalidRequest."""
-    if seq.reject is not None:  # found bad on the caller's side (engine_requests.py)
+    if seq.reject is not None:  # found bad on the caller's side (requests.py)
         raise InvalidRequest(seq.reject)
     tokenize_prompt(seq, tokenizer)
     seq.input_ids = check_input_ids(seq.input_ids, limits)
+    problem = check_start_len(seq.logprob_start_len if seq.return_logprob else -1,
+                              len(seq.input_ids),
+                              limits.disaggregation_mode != DisaggregationMode.DECODE)
+    if problem is not None:
+        raise InvalidRequest(problem)
     check_bootstrap(seq, limits)
     seq.reserve_tokens = plan_budget(seq, limits, choices)
 

@@ -71,7 +71,14 @@ def make_sequence(rid: str, given: dict[str, Any], cfg: EngineConfig,
                     prompt_text=prompt if input_ids is None else None,
                     bootstrap=boot, stream=given["stream"], reject=reject,
                     return_logprob=given["return_logprob"] is True,
-                    top_logprobs_num=(given["top_logprobs_num"] or 0) if reject is None else 0)
+                    top_logprobs_num=(given["top_logprobs_num"] or 0) if reject is None else 0,
+                    logprob_start_len=_start_len(given["logprob_start_len"], reject))
+
+
+def _start_len(given: Any, reject: str | None) -> int:
+    """-1 (no prompt logprobs) unless a valid start was given; checked against the prompt's
+    length on the engine thread (``check_start_len``)."""
+    return given if reject is None and isinstance(given, int) and given >= 0 else -1
 
 
 def _input_problem(prompt: Any, input_ids: Any) -> str | None:

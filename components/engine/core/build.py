@@ -36,13 +36,19 @@ class EngineInfo:
 
 @dataclass(frozen=True)
 class EngineParts:
+    """What the engine thread holds: its step drives the scheduler, the runner and the
+    processor as peers; the pool, the cache and the coordinator serve other threads' read-outs."""
+
     info: EngineInfo
     pool: KVPool
     runner: ModelRunner
+    processor: OutputProcessor
     sched: Scheduler
+    cache: PrefixCache | None  # None: --disable-radix-cache, or a decode engine
+    disagg: DisaggCoordinator | None  # None: not disaggregated
 
 
-def build_engine(cfg: EngineConfig) -> EngineParts:
+def build_parts(cfg: EngineConfig) -> EngineParts:
     """Call on the engine thread only: the model load is torch work, and libgomp throttles a
     process whose torch ops have run on more than one OS thread."""
     torch.set_num_threads(cfg.num_threads)
@@ -74,4 +80,4 @@ def build_engine(cfg: EngineConfig) -> EngineParts:
     port = disagg.bootstrap_port if disagg is not None else None
     info = EngineInfo(runner.vocab_size, context, pool.num_pages, cfg.page_size,
                       pool.num_tokens, eos, port)
-    return EngineParts(info, pool, runner, sched)
+    return EngineParts(info, pool, runner, processor, sched, cache, disagg)

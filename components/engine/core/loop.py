@@ -1,5 +1,5 @@
 """The engine thread: owns the model, the KV pool, the scheduler and the KV transport (built
-on this thread by engine_build.py).
+on this thread by build.py).
 
 ALL torch work, model load included, runs on this one thread: libgomp throttles a process
 whose torch ops have run on more than one OS thread. Other threads only enqueue commands;
@@ -17,16 +17,18 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
 
 from components.engine.config import EngineConfig
-from components.engine.core.build import EngineInfo, build_engine
+from components.engine.core.build import EngineInfo, build_parts
+from components.engine.core.commands import AbortRequest, AddRequest, Command, SetListener, Stop
 from components.engine.kv.events import KvEventListener
 from components.engine.kv.pool import KVPool
+from components.engine.kv.prefix_cache import PrefixCache
+from components.engine.disagg.coordinator import DisaggCoordinator
 from components.engine.disagg.transport.prefill_writes import TransferTotals
 from components.engine.api.loop_batcher import LoopBatcher
 from components.engine.model.runner import ModelRunner
-from components.engine.output.processor import finish_abort
+from components.engine.output.processor import OutputProcessor, finish_abort
 from components.engine.core.scheduler import Scheduler
 from components.engine.core.sequence import Sequence
 
@@ -35,7 +37,6 @@ logger = logging.getLogger(__name__)
 IDLE_WAKE_S = 0.05   # disaggregated & idle: service the side channel this often
 PEER_POLL_S = 0.002  # waiting on a peer with nothing to compute: transport poll slice
 STARTUP_TIMEOUT_S = 600.0
-_STOP = object()
 _PR_SET_NAME = 15  # linux/prctl.h
 
 
@@ -53,14 +54,19 @@ class EngineLoop:
     def __init__(self, cfg: EngineConfig, batcher: LoopBatcher) -> None:
         self.cfg = cfg
         self._batcher = batcher
-        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
+        self._cmds: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="cpu-engine", daemon=True)
         self.info: EngineInfo | None = None
-        self._pool: KVPool | None = None
-        self._runner: ModelRunner | None = None
+        # The parts (build.py), set on the engine thread by _setup. A step drives the first
+        # three; the rest serve the idle policy and other threads' read-outs.
         self._sched: Scheduler | None = None
+        self._runner: ModelRunner | None = None
+        self._processor: OutputProcessor | None = None
+        self._pool: KVPool | None = None
+        self._cache: PrefixCache | None = None
+        self._disagg: DisaggCoordinator | None = None
         self._listener: KvEventListener | None = None  # engine thread only
         self._last_load: tuple[int, int, int] | None = None
 
@@ -80,27 +86,25 @@ class EngineLoop:
         return self._thread.is_alive()
 
     def submit(self, seq: Sequence) -> None:
-        self._cmds.put(("add", seq))
+        self._cmds.put(AddRequest(seq))
 
     def abort(self, rid: str, abort_all: bool) -> None:
-        self._cmds.put(("abort", rid, abort_all))
+        self._cmds.put(AbortRequest(rid, abort_all))
 
     def set_kv_event_listener(self, listener: KvEventListener) -> None:
-        self._cmds.put(("listen", listener))
+        self._cmds.put(SetListener(listener))
 
     def stop(self, timeout: float) -> None:
         if self._thread.is_alive():
-            self._cmds.put(_STOP)
+            self._cmds.put(Stop())
             self._thread.join(timeout)
             if self._thread.is_alive():
                 logger.error("CPU engine thread did not stop within %.0f s", timeout)
 
     def pages_in_use(self) -> int:
         """Pages held by requests (and by a peer's transfer), not by the prefix cache."""
-        pool, sched = self._pool, self._sched
-        if pool is None or sched is None:
-            return 0
-        return pool.pages_in_use - (sched.cache.pages if sched.cache is not None else 0)
+        pool = self._pool
+        return pool.pages_in_use - self.cached_pages() if pool is not None else 0
 
     def queue_depth(self) -> int:
         """Requests waiting for admission (a deque's len is safe from another thread)."""
@@ -108,16 +112,16 @@ class EngineLoop:
 
     def kv_transfer_totals(self) -> TransferTotals | None:
         """Prefill mode: the transport's completed-WRITE totals; otherwise None."""
-        disagg = self._sched.disagg if self._sched is not None else None
-        return disagg.transport.transfer_totals if disagg is not None else None
+        disagg = self._disagg
+        return disagg.transfer_totals if disagg is not None else None
 
     def cached_pages(self) -> int:
-        sched = self._sched
-        return sched.cache.pages if sched is not None and sched.cache is not None else 0
+        cache = self._cache
+        return cache.pages if cache is not None else 0
 
     def prefix_hit_tokens(self) -> int:
-        sched = self._sched
-        return sched.cache.hit_tokens if sched is not None and sched.cache is not None else 0
+        cache = self._cache
+        return cache.hit_tokens if cache is not None else 0
 
     # ---- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -139,15 +143,16 @@ class EngineLoop:
             self._teardown()
 
     def _setup(self) -> None:
-        parts = build_engine(self.cfg)
-        self._pool, self._runner, self._sched = parts.pool, parts.runner, parts.sched
+        parts = build_parts(self.cfg)
+        self._sched, self._runner, self._processor = parts.sched, parts.runner, parts.processor
+        self._pool, self._cache = parts.pool, parts.cache
+        self._disagg = parts.disagg
         self.info = info = parts.info
         logger.info("CPU engine ready: mode=%s context=%d pool=%d tokens",
                     self.cfg.disaggregation_mode, info.context_length, info.max_total_num_tokens)
 
     def _run(self) -> None:
-        sched = self._sched
-        disagg = sched.disagg
+        sched, disagg = self._sched, self._disagg
         while True:
             busy = sched.has_compute_work()
             if disagg is None:
@@ -190,7 +195,7 @@ class EngineLoop:
                 if chunk.completes_prompt:
                     logger.debug("prefill rid=%s %d tokens in %.1f ms", chunk.seq.rid,
                                  chunk.seq.prompt_len, ms)
-        self._sched.update(self._sched.processor.postprocess(batch, logits))
+        self._sched.update(self._processor.postprocess(batch, logits))
 
     def _drain(self, timeout: float | None) -> bool:
         """Apply queued commands; block up to ``timeout`` for the first. False on stop."""
@@ -199,7 +204,7 @@ class EngineLoop:
         except queue.Empty:
             return True
         while True:
-            if cmd is _STOP:
+            if isinstance(cmd, Stop):
                 return False
             self._apply(cmd)
             try:
@@ -208,20 +213,22 @@ class EngineLoop:
                 self._batcher.flush()  # rejections and aborts go out before the next forward
                 return True
 
-    def _apply(self, cmd: tuple[Any, ...]) -> None:
+    def _apply(self, cmd: Command) -> None:
         try:
-            if cmd[0] == "add":
-                self._sched.add(cmd[1])
-            elif cmd[0] == "abort":
-                self._sched.abort(cmd[1], cmd[2])
-            elif cmd[0] == "listen":
-                self._listener = cmd[1]
-                if self._sched.cache is not None:
-                    self._sched.cache.listener = cmd[1]
+            match cmd:
+                case AddRequest(seq):
+                    self._sched.add(seq)
+                case AbortRequest(rid, abort_all):
+                    self._sched.abort(rid, abort_all)
+                case SetListener(listener):
+                    self._listener = listener
+                    if self._cache is not None:
+                        self._cache.listener = listener
         except Exception as exc:  # one bad command must not stop the engine thread
-            logger.exception("engine command %s failed", cmd[0])
-            if cmd[0] == "add":
-                self._sched.finish(cmd[1], finish_abort(f"Internal CPU engine error: {exc}", 500))
+            logger.exception("engine command %s failed", type(cmd).__name__)
+            match cmd:
+                case AddRequest(seq):  # its caller still waits for the request's end
+                    self._sched.finish(seq, finish_abort(f"Internal CPU engine error: {exc}", 500))
 
     def _teardown(self) -> None:
         if self._sched is not None:
@@ -230,8 +237,9 @@ class EngineLoop:
                     cmd = self._cmds.get_nowait()
                 except queue.Empty:
                     break
-                if cmd is not _STOP and cmd[0] == "add":
-                    self._sched.add(cmd[1])
+                match cmd:
+                    case AddRequest(seq):
+                        self._sched.add(seq)
             self._sched.close()
             self._batcher.flush()
         logger.info("CPU engine thread stopped")

@@ -21,7 +21,8 @@ from typing import Any
 
 from components.engine.core.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
-from components.engine.disagg.coordinator import Action, Adopt, Complete, DisaggCoordinator, Fail, Free
+from components.engine.disagg.actions import Action, Adopt, Complete, Fail, Free
+from components.engine.disagg.coordinator import DisaggCoordinator
 from components.engine.output.forks import allocate_group, fork_kv, group_rows, pending, share_plan
 from components.engine.kv.pool import KVPool, PageRun
 from components.engine.output.processor import (
@@ -137,7 +138,11 @@ class Scheduler:
                 continue
             seq.status = Status.PREFILLING
             if self.cache is not None:
-                seq.cached_tokens = seq.prefilled = self.cache.reuse(seq.input_ids, seq.start_tok)
+                # As SGLang: prompt logprobs need the logits from their start on, so the
+                # cached prefix stops there.
+                ids = (seq.input_ids[:seq.logprob_start_len + 1] if seq.wants_prompt_logprobs
+                       else seq.input_ids)
+                seq.cached_tokens = seq.prefilled = self.cache.reuse(ids, seq.start_tok)
             chunks.append(self._next_chunk(seq, budget))
             budget -= chunks[-1].end - chunks[-1].begin
         return chunks

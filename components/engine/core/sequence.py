@@ -49,6 +49,7 @@ class Sequence:
     reject: str | None = None         # found bad on the caller's side: ends with a 400 abort
     return_logprob: bool = False      # SGLang's Engine API flags (components/engine/output/logprobs.py)
     top_logprobs_num: int = 0
+    logprob_start_len: int = -1       # >= 0: prompt logprobs from this position on
     created_at: float = field(default_factory=time.perf_counter)
     # n > 1 (components/engine/output/forks.py): this choice's index, the caller's rid, and on the
     # leader (choice 0) the other choices until its prompt's KV is forked into them.
@@ -74,6 +75,12 @@ class Sequence:
     unsent_text: str = ""
     first_token_at: float | None = None
     out_logprobs: list[TokenLogprob] = field(default_factory=list)  # aligned with output_ids
+    # prompt logprobs: positions logprob_start_len + 1 .. prompt_len - 1, filled chunk by chunk
+    in_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.return_logprob and self.logprob_start_len >= 0
 
     @property
     def prompt_len(self) -> int:

@@ -9,7 +9,7 @@ back into the scheduler:
   WRITEs them into the decode engine once decode has registered the room;
 - ``on_finish``: a request ends for any reason; aborts its room and, if a peer may still write
   into (decode) or read from (prefill) its pages, keeps them until the transport says no
-  WRITE can touch them (``kv_transport/transport.py``, "When the engine may free pages");
+  WRITE can touch them (``transport/transport.py``, "When the engine may free pages");
 - ``poll``: transport events become ``Adopt`` (decode: KV arrived, continue from the first
   token), ``Complete`` (prefill: KV delivered, send the single chunk), ``Fail`` and ``Free``.
 """
@@ -21,59 +21,25 @@ import logging
 import time
 from dataclasses import dataclass
 
+from components.engine.api.request_checks import InvalidRequest, bootstrap_problem
 from components.engine.config import DisaggregationMode, EngineConfig
-from components.engine.kv.pool import KVPool, PageRun
-from components.engine.output.logprobs import TokenLogprob, first_from_wire, first_to_wire
+from components.engine.core.sequence import Sequence, Status
+from components.engine.disagg.actions import (
+    FAILURE_STATUS, FAILURE_STATUS_BY_KIND, INVALID_STATUS, TIMEOUT_STATUS, Action, Adopt,
+    Complete, Fail, Free,
+)
 from components.engine.disagg.transport import (
     KVArrived, KVTransport, RoomReleased, TransferDone, TransferFailed, engine_peering,
 )
-from components.engine.api.request_checks import InvalidRequest, bootstrap_problem
-from components.engine.core.sequence import Sequence, Status
+from components.engine.disagg.transport.prefill_writes import TransferTotals
+from components.engine.kv.pool import KVPool, PageRun
+from components.engine.output.logprobs import first_from_wire, first_to_wire
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
 
 logger = logging.getLogger(__name__)
 
 # The transport enforces the configured timeouts; the engine's own deadlines are a backstop.
 BACKSTOP_SLACK_S = 5.0
-TIMEOUT_STATUS = 504
-FAILURE_STATUS = 500
-INVALID_STATUS = 400  # the request itself was refused (the engine's 400s)
-
-
-@dataclass(frozen=True)
-class Adopt:
-    """Decode: the KV is in place; the request joins the batch from ``first_token``."""
-
-    seq: Sequence
-    first_token: int
-    logprob: TokenLogprob | None = None  # the prefill's, when the request asked for logprobs
-
-
-@dataclass(frozen=True)
-class Complete:
-    """Prefill: KV and first token are in decode memory; finish with SGLang's single chunk."""
-
-    seq: Sequence
-    first_token: int
-
-
-@dataclass(frozen=True)
-class Fail:
-    seq: Sequence
-    message: str
-    status_code: int
-
-
-@dataclass(frozen=True)
-class Free:
-    """No peer can touch these pages any more."""
-
-    pages: PageRun
-
-
-Action = Adopt | Complete | Fail | Free
-
-
 @dataclass
 class _Room:
     seq: Sequence
@@ -98,6 +64,11 @@ class DisaggCoordinator:
     @property
     def bootstrap_port(self) -> int | None:
         return self.transport.bootstrap_port
+
+    @property
+    def transfer_totals(self) -> TransferTotals | None:
+        """Prefill: the transport's completed WRITEs; decode: None."""
+        return self.transport.transfer_totals
 
     def has_pending(self) -> bool:
         return bool(self._rooms or self._held) or self.transport.busy
@@ -216,15 +187,12 @@ class DisaggCoordinator:
 
     def _on_failed(self, ev: TransferFailed) -> list[Action]:
         entry = self._rooms.pop(ev.room, None)
-        # A request the prefill refused itself is the client's error here too.
-        status = INVALID_STATUS if ev.invalid else (
-            TIMEOUT_STATUS if "timed out" in ev.message else FAILURE_STATUS)
         if entry is None:
             return self._release(ev.room) if self.role == DisaggregationMode.PREFILL else []
         if self.role == DisaggregationMode.DECODE:  # RoomReleased follows: hold pages till then
             self._hold(ev.room, entry.seq.pages)
             entry.seq.pages = None
-        return [Fail(entry.seq, ev.message, status)]
+        return [Fail(entry.seq, ev.message, FAILURE_STATUS_BY_KIND[ev.kind])]
 
     def _check_deadlines(self, now: float) -> list[Action]:
         actions: list[Action] = []

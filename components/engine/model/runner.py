@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM
 
 from components.engine.model import attention
 from components.engine.model.attention import Segment, StepMeta
-from components.engine.core.batch import Batch
+from components.engine.core.batch import Batch, PrefillChunk
+from components.engine.output.logprobs import prompt_logprobs
 from components.engine.config import DTYPES
 from components.engine.kv.pool import KVPool
 
@@ -44,8 +45,15 @@ class ModelRunner:
         positions: list[torch.Tensor] = []
         segments: list[Segment] = []
         keep: list[int] = []
+        prompt_rows: list[tuple[PrefillChunk, int, int]] = []  # (chunk, first position, row)
+        extra: list[int] = []  # prompt positions whose logits the request's logprobs need
         for chunk in batch.prefill:
             seq, n = chunk.seq, chunk.end - chunk.begin
+            span = _prompt_logprob_span(chunk)
+            if span is not None:
+                prompt_rows.append((chunk, span[0], len(extra)))
+                offset = len(tokens) - chunk.begin
+                extra += range(span[0] + offset, span[1] + offset)
             tokens += seq.input_ids[chunk.begin:chunk.end]
             positions.append(torch.arange(chunk.begin, chunk.end))
             segments.append(Segment(seq.start_tok, chunk.begin, n))
@@ -64,7 +72,33 @@ class ModelRunner:
             input_ids=torch.tensor([tokens], dtype=torch.long),
             position_ids=position_ids.unsqueeze(0),
             use_cache=False,
-            logits_to_keep=torch.tensor(keep, dtype=torch.long),
+            logits_to_keep=torch.tensor(keep + extra, dtype=torch.long),
             kv_meta=StepMeta.build(self.pool, segments),
         )
-        return out.logits[0].float()
+        logits = out.logits[0].float()
+        if extra:
+            _record_prompt_logprobs(prompt_rows, logits[len(keep):])
+            logits = logits[:len(keep)]
+        return logits
+
+
+def _prompt_logprob_span(chunk: PrefillChunk) -> tuple[int, int] | None:
+    """The chunk's positions [first, last) whose logits give prompt logprobs: from the
+    request's start on, short of the prompt's last position (that one samples)."""
+    seq = chunk.seq
+    if not seq.wants_prompt_logprobs:
+        return None
+    first = max(chunk.begin, seq.logprob_start_len)
+    last = min(chunk.end, seq.prompt_len - 1)
+    return (first, last) if first < last else None
+
+
+def _record_prompt_logprobs(rows: list[tuple[PrefillChunk, int, int]],
+                            logits: torch.Tensor) -> None:
+    """Each chunk's prompt positions -> the logprob of the prompt token that follows each."""
+    for chunk, first, row in rows:
+        seq = chunk.seq
+        last = min(chunk.end, seq.prompt_len - 1)
+        seq.in_logprobs += prompt_logprobs(logits[row:row + last - first],
+                                           seq.input_ids[first + 1:last + 1],
+                                           seq.top_logprobs_num)

@@ -32,7 +32,9 @@ def make_choices(leader: Sequence, n: int) -> list[Sequence]:
         # The ids come from the leader once it is checked (and tokenized): share_plan.
         Sequence(rid=uuid.uuid4().hex, params=leader.params, sink=leader.sink,
                  stream=leader.stream, index=i, parent_rid=parent,
-                 return_logprob=leader.return_logprob, top_logprobs_num=leader.top_logprobs_num)
+                 return_logprob=leader.return_logprob, top_logprobs_num=leader.top_logprobs_num,
+                 # prompt logprobs: the leader's forward fills the one shared list
+                 logprob_start_len=leader.logprob_start_len, in_logprobs=leader.in_logprobs)
         for i in range(1, n)
     ]
     return [leader, *leader.forks]

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
+from protocol.structural_tag import structural_tag_arg
+
 logger = logging.getLogger(__name__)
 
 GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
@@ -52,6 +54,13 @@ class GrammarBackend:
         self._compiler: xgr.GrammarCompiler | None = None  # built by the first compile
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], Future] = OrderedDict()
+        self._compiles = 0  # under _lock
+
+    @property
+    def compiles(self) -> int:
+        """Grammars sent to compile since start (a cached (kind, text) is not compiled again)."""
+        with self._lock:
+            return self._compiles
 
     async def request_grammar(self, kind: str, text: str) -> "RequestGrammar":
         """The request's own matcher; ValueError (a 400) if it does not compile in time."""
@@ -74,6 +83,7 @@ class GrammarBackend:
             future = self._cache.get(key)
             if future is None:
                 future = self._pool.submit(self._compile, kind, text)
+                self._compiles += 1
                 self._cache[key] = future
                 if len(self._cache) > CACHE_ENTRIES:
                     self._cache.popitem(last=False)
@@ -90,7 +100,7 @@ class GrammarBackend:
             return compiler.compile_regex(text)
         if kind == "ebnf":
             return compiler.compile_grammar(text)
-        return compiler.compile_structural_tag(text)
+        return compiler.compile_structural_tag(structural_tag_arg(text, **self._whitespace))
 
     def _make_compiler(self) -> xgr.GrammarCompiler:
         from transformers import AutoTokenizer  # only engines that get constrained requests

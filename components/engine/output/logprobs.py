@@ -38,9 +38,55 @@ def check_logprob_args(return_logprob: Any, top_logprobs_num: Any,
     if num is not None and (isinstance(num, bool) or not isinstance(num, int)
                             or not 0 <= num <= MAX_TOP_LOGPROBS):
         return f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}], got {num!r}"
-    if logprob_start_len not in (None, -1):
-        return "logprob_start_len (prompt logprobs) is not supported by the CPU engine"
+    start = logprob_start_len
+    if start is not None and (isinstance(start, bool) or not isinstance(start, int) or start < -1):
+        return f"logprob_start_len must be an integer >= -1, got {start!r}"
     return None
+
+
+def check_start_len(start: int, prompt_len: int, computes_prompt: bool) -> str | None:
+    """SGLang's scheduler check (on the engine thread, where the prompt's length is known);
+    a decode-mode engine never runs the prompt's forward, so it cannot honour one at all."""
+    if start < 0:
+        return None
+    if not computes_prompt:
+        return ("logprob_start_len (prompt logprobs): a decode-mode engine does not run the "
+                "prompt's forward; the prefill engine computes them")
+    if start > prompt_len:
+        return (f"req.logprob_start_len={start} is higher than the number of input tokens "
+                f"len(req.origin_input_ids)={prompt_len}. Please use a smaller "
+                "logprob_start_len.")
+    return None
+
+
+@torch.inference_mode()
+def prompt_logprobs(logits: torch.Tensor, next_tokens: list[int],
+                    top_num: int) -> list[TokenLogprob]:
+    """``logits`` [P, V]: the prompt positions whose next prompt token is ``next_tokens[i]``;
+    raw logits (temperature 1), as SGLang's input logprobs."""
+    logp = torch.log_softmax(logits, dim=-1)
+    logp.clamp_(min=torch.finfo(logp.dtype).min)
+    chosen = logp.gather(1, torch.tensor(next_tokens, dtype=torch.long).unsqueeze(1)).squeeze(1)
+    if top_num <= 0:
+        return [TokenLogprob(lp) for lp in chosen.tolist()]
+    vals, ids = torch.topk(logp, top_num, dim=-1)
+    return [TokenLogprob(lp, tuple(zip(v, i)))
+            for lp, v, i in zip(chosen.tolist(), vals.tolist(), ids.tolist())]
+
+
+def input_meta_fields(input_ids: list[int], start: int, entries: list[TokenLogprob],
+                      top_num: int) -> dict[str, Any]:
+    """SGLang's ``input_token_logprobs`` / ``input_top_logprobs`` from ``start`` on: the first
+    position has no logprob (None), each later one the logprob its predecessor gave it."""
+    ids = input_ids[start:]
+    if not ids:  # start == the prompt's length: SGLang returns nothing for the prompt
+        return {"input_token_logprobs": []}
+    meta: dict[str, Any] = {"input_token_logprobs": [(None, ids[0], None)] + [
+        (e.logprob, t, None) for e, t in zip(entries, ids[1:])]}
+    if top_num > 0:
+        meta["input_top_logprobs"] = [None] + [
+            [(lp, t, None) for lp, t in e.top] for e in entries]
+    return meta
 
 
 @torch.inference_mode()

@@ -18,7 +18,9 @@ from components.engine.core.batch import Batch
 from components.engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from components.engine.output.forks import choice_seed, expand
 from components.engine.output.grammar import BitmaskApplier, RequestGrammar
-from components.engine.output.logprobs import TokenLogprob, meta_fields, token_logprobs
+from components.engine.output.logprobs import (
+    TokenLogprob, input_meta_fields, meta_fields, token_logprobs,
+)
 from components.engine.output.sampling import SamplingFailed, SamplingState, make_generator, sample
 from components.engine.core.sequence import Sequence
 
@@ -156,6 +158,10 @@ class OutputProcessor:
             chunk["meta_info"].update(meta_fields(
                 seq.out_logprobs[seq.num_sent_ids:len(seq.output_ids)], ids,
                 seq.top_logprobs_num))
+            if final and seq.wants_prompt_logprobs and seq.finish_reason["type"] != "abort":
+                # as SGLang: whole, on the final chunk
+                chunk["meta_info"].update(input_meta_fields(
+                    seq.input_ids, seq.logprob_start_len, seq.in_logprobs, seq.top_logprobs_num))
         seq.num_sent_ids = len(seq.output_ids)
         seq.sink(chunk, final)
 

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from components.worker.config import WorkerConfig, WorkerMode
+from components.worker.config import WorkerConfig
 from components.worker.hosts import advertised_host
 from components.worker.rooms.claims import RoomClaims
 from components.worker.rooms.directory import RoomDirectory, room_watch_answer, room_watch_endpoint
@@ -26,18 +26,14 @@ from components.worker.tokenizer_workers import engine_pid
 logger = logging.getLogger(__name__)
 
 
-def _watched(config: WorkerConfig, mode: WorkerMode) -> bool:
-    return config.mode is mode and (mode is WorkerMode.DECODE or engine_pid() is None)
-
-
 async def start_room_watch(runtime: Any, config: WorkerConfig,
                            bootstrap: tuple[str, int]) -> Optional[RoomWatchServer]:
     """Prefill: listen on the configured host and say where on `<component>.room_watch`."""
-    if not _watched(config, WorkerMode.PREFILL):
+    if not config.role.prefill or engine_pid() is not None:
         return None
     server = RoomWatchServer(config.host, claim_timeout_s=config.dynamo.room_claim_timeout)
     await server.start()
-    watch = (advertised_host(config.host, config.engine_kind), server.port)
+    watch = (advertised_host(config.host, config.backend), server.port)
     endpoint = runtime.endpoint(room_watch_endpoint(config.dynamo.endpoint))
     serving = asyncio.ensure_future(endpoint.serve_endpoint(room_watch_answer(bootstrap, watch)))
     serving.add_done_callback(_log_end)
@@ -46,7 +42,7 @@ async def start_room_watch(runtime: Any, config: WorkerConfig,
 
 async def room_claims(runtime: Any, config: WorkerConfig) -> Optional[RoomClaims]:
     """Decode: claims at the prefill workers' watches, found through their endpoint."""
-    if not _watched(config, WorkerMode.DECODE):
+    if not config.role.claims_rooms:
         return None
     client = await runtime.endpoint(room_watch_endpoint(config.dynamo.prefill_endpoint)).client()
     return RoomClaims(RoomDirectory(client).lookup)

@@ -25,7 +25,8 @@ def _answer(http, url: str, body: dict) -> tuple[str, dict]:
 def test_stop_string_ends_the_answer_before_it(stack, model, http):
     """sglang test/srt/openai_server/validation/test_matched_stop.py::test_finish_stop_str:
     finish_reason "stop" when a stop string is generated; the text ends before the stop string.
-    (SGLang's `matched_stop` field is not part of the Dynamo 1.6.1 frontend's response.)"""
+    (SGLang's `matched_stop` is `nvext.stop_reason` behind the 1.6.1 frontend:
+    test_peer_matched_stop.py.)"""
     whole, _ = _answer(http, stack.url, chat_body(model, **PLAIN))
     stop = whole[len(whole) // 2:len(whole) // 2 + 2]
     assert stop.strip(), whole

@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from components.backends import factory as engine_factory
-from components.worker.config import WorkerMode, build_parser, parse_args
+from components.backends import select as backend_select
+from components.backends.sglang import SglangBackend
+from components.worker.config import build_parser, parse_args
+from components.worker.role import Orchestrator, WorkerMode, WorkerRole
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -20,13 +22,13 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def sglang_on_cpu(monkeypatch):
     monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
 
 
 def sglang_args(model: str, *extra: str):
-    from components.backends.sglang import server_args_from_namespace
+    from components.backends.sglang_engine import server_args_from_namespace
 
-    ns = build_parser("sglang").parse_args(["--model-path", model, *extra])
+    ns = build_parser(SglangBackend()).parse_args(["--model-path", model, *extra])
     return server_args_from_namespace(ns)
 
 
@@ -40,7 +42,7 @@ def fake_engine(server_args, context_len=2048, reserved=0):
 
 def test_sglang_cpu_path_is_chosen_by_sglangs_own_switch(sglang_on_cpu, tiny_model_path):
     config = parse_args(["--engine", "sglang", "--model-path", tiny_model_path])
-    assert config.engine_kind == "sglang"
+    assert config.backend.name == "sglang"
     args = config.engine_args
     assert (args.device, args.attention_backend, args.dtype) == ("cpu", "torch_native", "float32")
     assert args.disable_cuda_graph is True and args.max_total_tokens == 4096
@@ -53,7 +55,7 @@ def test_sglang_cpu_path_is_chosen_by_sglangs_own_switch(sglang_on_cpu, tiny_mod
 def test_registration_reads_the_page_size_sglang_resolved(tiny_model_path):
     from sglang.srt.arg_groups.overrides import declare_resolution
 
-    from components.backends.sglang import sglang_limits
+    from components.backends.sglang_engine import sglang_limits
 
     server_args = sglang_args(tiny_model_path)
     assert server_args.page_size is None  # as given: no --page-size
@@ -64,14 +66,13 @@ def test_registration_reads_the_page_size_sglang_resolved(tiny_model_path):
 
 def test_speculative_reserve_is_kept_out_of_the_default_budget(tiny_model_path):
     from components.worker.handler_factory import build_handler
-    from components.backends.sglang import sglang_limits
+    from components.backends.sglang_engine import sglang_limits
 
     engine = fake_engine(sglang_args(tiny_model_path), context_len=2048, reserved=16)
     assert sglang_limits(engine).context_length == 2048  # registered as the model's context
-    config = SimpleNamespace(mode=WorkerMode.AGGREGATED, engine_kind="sglang",
-                             skip_tokenizer_init=True, served_model_name="m",
-                             dynamo=SimpleNamespace(prefill_wait_timeout=5.0,
-                                                    orchestrator="decode"))
+    config = SimpleNamespace(role=WorkerRole(WorkerMode.AGGREGATED, Orchestrator.DECODE, True),
+                             backend=SglangBackend(), served_model_name="m",
+                             dynamo=SimpleNamespace(prefill_wait_timeout=5.0))
     handler = build_handler(config, engine, None)
     # SGLang refuses prompt + max_new_tokens + 16 > 2048; the default budget must fit.
     assert handler.config.context_length == 2048 - 16
@@ -97,7 +98,8 @@ def test_wildcard_host_advertises_the_address_sglang_resolves(monkeypatch, tiny_
     from components.worker.handler_factory import build_handler
 
     monkeypatch.setenv("SGLANG_HOST_IP", "10.9.8.7")  # what SGLang's get_local_ip_auto honours
-    config = SimpleNamespace(mode=WorkerMode.PREFILL, engine_kind="sglang", host="0.0.0.0")
+    config = SimpleNamespace(role=WorkerRole(WorkerMode.PREFILL, Orchestrator.FRONTEND, True),
+                             backend=SglangBackend(), host="0.0.0.0")
     engine = SimpleNamespace(server_args=SimpleNamespace(disaggregation_bootstrap_port=8998))
     handler = build_handler(config, engine, None)
     assert (handler.config.bootstrap_host, handler.config.bootstrap_port) == ("10.9.8.7", 8998)
@@ -118,7 +120,7 @@ async def test_sglang_prefill_is_warmed_up_through_the_fake_bootstrap_host():
                 yield {"meta_info": {"finish_reason": {"type": "length"}}}
             return stream()
 
-    config = SimpleNamespace(engine_kind="sglang")
+    config = SimpleNamespace(backend=SglangBackend())
     await warmup_prefill(config, Engine())
     assert len(calls) == 1 and calls[0]["bootstrap_host"] == "2.2.2.2"
     assert calls[0]["bootstrap_port"] == 8998 and calls[0]["stream"] is True

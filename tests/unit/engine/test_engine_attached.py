@@ -34,7 +34,7 @@ async def parent(tiny_model_path):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def attached(parent):
-    eng = CpuEngine.attach_tokenizer_worker(parent._child.pid)
+    eng = CpuEngine.attach_tokenizer_worker(parent.pid)
     yield eng
     eng.shutdown()
 
@@ -108,7 +108,7 @@ async def test_a_killed_worker_process_frees_its_pages(parent):
         "import asyncio, sys\n"
         "from components.engine.api.engine import CpuEngine\n"
         "async def main():\n"
-        f"    eng = CpuEngine.attach_tokenizer_worker({parent._child.pid})\n"
+        f"    eng = CpuEngine.attach_tokenizer_worker({parent.pid})\n"
         f"    s = await eng.async_generate(input_ids=[3, 4, 5], sampling_params={LONG!r}, "
         "stream=True)\n"
         "    await s.__anext__()\n"
@@ -128,7 +128,7 @@ async def test_a_killed_worker_process_frees_its_pages(parent):
 
 async def test_a_dead_engine_ends_live_requests(tiny_model_path):
     proc = await EngineProcess.start(model_path=tiny_model_path, tokenizer_worker_num=2)
-    eng = CpuEngine.attach_tokenizer_worker(proc._child.pid)
+    eng = CpuEngine.attach_tokenizer_worker(proc.pid)
     try:
         stream = await eng.async_generate(input_ids=[3, 4, 5], sampling_params=LONG, stream=True)
         await stream.__anext__()

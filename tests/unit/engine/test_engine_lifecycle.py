@@ -93,7 +93,7 @@ async def test_cancelling_a_non_stream_call_aborts(engine):
         await task
     await wait_until(lambda: engine.kv_pages_in_use() == 0, what="pages freed after cancel")
     # The rid is reusable once the engine has ended the request.
-    await wait_until(lambda: "cancel-me" not in engine._live_rids, what="rid released")
+    await wait_until(lambda: not engine.rid_in_flight("cancel-me"), what="rid released")
     out = await engine.async_generate(input_ids=[5], sampling_params={"max_new_tokens": 2},
                                       rid="cancel-me")
     assert len(out["output_ids"]) == 2

@@ -89,7 +89,8 @@ async def test_only_rows_that_ask_get_logprobs(engine):
 @pytest.mark.parametrize("kwargs, match", [
     ({"return_logprob": True, "top_logprobs_num": 21}, "top_logprobs_num"),
     ({"return_logprob": True, "top_logprobs_num": -1}, "top_logprobs_num"),
-    ({"return_logprob": True, "logprob_start_len": 0}, "logprob_start_len"),
+    ({"return_logprob": True, "logprob_start_len": -2}, "logprob_start_len"),
+    ({"return_logprob": True, "logprob_start_len": 4}, "higher than the number of input tokens"),
     ({"return_logprob": "yes"}, "return_logprob"),
 ])
 async def test_bad_logprob_arguments_are_refused(engine, kwargs, match):

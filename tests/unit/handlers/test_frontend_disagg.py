@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from dynamo.llm import ModelInput, ModelType, WorkerType
 
-from components.backends import factory as engine_factory
+from components.backends import select as backend_select
 from components.worker import register
 from components.worker.config import parse_args
 from components.backends.limits import EngineLimits
@@ -38,7 +38,7 @@ LIMITS = EngineLimits(context_length=2048, max_total_num_tokens=4096, max_runnin
 
 @pytest.fixture(autouse=True)
 def _cpu_machine(monkeypatch):
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     monkeypatch.delenv("DYN_DISAGG_ORCHESTRATOR", raising=False)
 
 
@@ -51,7 +51,7 @@ def _cpu_machine(monkeypatch):
 ])
 def test_orchestrator_defaults_follow_the_input_mode(extra, expected):
     cfg = parse_args([*MODEL, "--disaggregation-mode", "decode", *extra])
-    assert cfg.dynamo.orchestrator == expected
+    assert cfg.role.orchestrator.value == expected
 
 
 def test_frontend_style_in_text_mode_fails_at_startup_naming_the_fix():
@@ -164,7 +164,7 @@ async def test_prefill_refuses_what_decode_refuses_before_touching_the_engine(ch
 # --- the decode leg -------------------------------------------------------------------------
 
 FRONTEND_DECODE = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                               disaggregated=True, orchestrator="frontend")
+                               disaggregated=True, frontend_orchestrated=True)
 
 
 async def test_decode_joins_the_frontends_room():

@@ -98,7 +98,7 @@ async def test_disagg_flow_sends_ids_and_uses_the_bootstrap_triple():
     assert prefill.contexts[0] is ctx  # the component links a child of this context
     call = engine.calls[0]
     assert {k: call[k] for k in BOOT} == BOOT
-    await wait_until(lambda: prefill.closed.is_set() and not handler._tasks)
+    await wait_until(lambda: prefill.closed.is_set() and handler.running_tasks == 0)
 
 
 async def test_bootstrap_wait_is_bounded():

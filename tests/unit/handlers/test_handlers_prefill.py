@@ -69,7 +69,7 @@ async def test_cancel_aborts_the_engine_request_and_ends_quietly():
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(anext(stream), 5)
     assert engine.aborts == [engine.calls[0]["rid"]]
-    await wait_until(lambda: not handler._tasks)
+    await wait_until(lambda: handler.running_tasks == 0)
 
 
 async def test_closing_the_stream_early_aborts():
@@ -105,7 +105,7 @@ async def test_engine_timeout_is_bounded():
     with pytest.raises(EngineError, match="within 0.2 s"):
         await asyncio.wait_for(anext(stream), 5)
     assert engine.aborts == [engine.calls[0]["rid"]]
-    await wait_until(lambda: not handler._tasks)
+    await wait_until(lambda: handler.running_tasks == 0)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -133,8 +133,8 @@ async def test_cleanup_cancels_tracked_tasks():
     handler = PrefillHandler(engine, CONFIG)
     stream = handler.generate(REQUEST, FakeContext())
     await anext(stream)
-    assert len(handler._tasks) == 1
+    assert handler.running_tasks == 1
     await handler.cleanup()
-    assert not handler._tasks
+    assert handler.running_tasks == 0
     with pytest.raises(EngineError, match="shutting down"):
         await asyncio.wait_for(anext(stream), 5)

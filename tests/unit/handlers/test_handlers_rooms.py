@@ -91,7 +91,7 @@ class FakeClaims:
 
 
 DECODE = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                      disaggregated=True, orchestrator="frontend")
+                      disaggregated=True, frontend_orchestrated=True)
 TWO = chunk([5, 6], {"type": "length", "length": 2}, prompt=3, completion=2)
 
 
@@ -131,7 +131,7 @@ async def test_a_decode_orchestrated_half_claims_the_room_its_prefill_names():
 
     claims, ctx = FakeClaims(), FakeContext()
     config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                          disaggregated=True, orchestrator="decode")
+                          disaggregated=True, frontend_orchestrated=False)
     handler = DecodeHandler(FakeEngine(hold=True), config, FakePrefillClient(items),
                             rooms=claims)
     pending = asyncio.ensure_future(anext(handler.generate(DECODE_REQ, ctx)))

@@ -18,7 +18,7 @@ DONE = [chunk([5], {"type": "length", "length": 1}, completion=1, text="x")]
 class _Pre:
     """Stands in for the Preprocessor: these requests never need a real template."""
 
-    async def chat_token_ids(self, messages, kwargs=None):
+    async def chat_token_ids(self, messages, kwargs=None, tools=None):
         return [1, 2]
 
 
@@ -29,7 +29,6 @@ def handler(tokens: bool, engine: FakeEngine) -> DecodeHandler:
 
 
 @pytest.mark.parametrize("patch, field", [
-    ({"output_options": {"prompt_logprobs": 2}}, "output_options.prompt_logprobs"),
     ({"sampling_options": {"best_of": 2}}, "sampling_options.best_of"),
     ({"sampling_options": {"use_beam_search": True}}, "sampling_options.use_beam_search"),
     ({"sampling_options": {"length_penalty": 0.5}}, "sampling_options.length_penalty"),
@@ -44,8 +43,8 @@ async def test_tokens_mode_refuses_unimplemented_fields(patch, field):
 
 
 @pytest.mark.parametrize("patch, field", [
-    ({"tools": TOOLS}, "tools"),
-    ({"tool_choice": "required"}, "tool_choice"),
+    ({"functions": [TOOLS[0]["function"]]}, "functions"),  # legacy; `tools` is served
+    ({"function_call": "auto"}, "function_call"),
     ({"prompt_logprobs": 1}, "prompt_logprobs"),
     ({"logit_bias": {"5": 10}}, "logit_bias"),
     ({"best_of": 3}, "best_of"),

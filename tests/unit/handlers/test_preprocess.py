@@ -99,7 +99,7 @@ async def test_cancelled_job_keeps_its_place(pre):
     gate.set()
     assert await asyncio.wait_for(later, 10) == "later"
     assert [name for name, _ in log] == ["cancelled", "later"]
-    await wait_until(lambda: pre._outstanding == 0)
+    await wait_until(lambda: pre.outstanding == 0)
 
 
 async def test_worker_uses_a_clone_and_current_wrapper_settings(pre, tok):
@@ -174,7 +174,7 @@ async def test_grown_backend_falls_back_then_reclones(tiny_model_path):
         messages = [{"role": "user", "content": LONG + "<tool_call>"}]
         ids = await pre.chat_token_ids(messages)
         assert new_id in ids and ids == reference_ids(tok, messages)
-        await wait_until(lambda: not pre._recloning)
+        await wait_until(lambda: not pre.recloning)
         where = await pre.run(lambda t: (threading.get_ident(), t.backend_tokenizer))
         assert where[0] != threading.get_ident() and where[1] is not tok.backend_tokenizer
         assert where[1].get_vocab_size(with_added_tokens=True) == len(tok)
@@ -201,7 +201,7 @@ async def test_slow_tokenizer_takes_the_lock():
     slow = SlowTokenizer()
     pre = Preprocessor(slow)
     try:
-        locked = await pre.run(lambda t: pre._lock.locked())
+        locked = await pre.run(lambda t: pre.tokenizer_lock_held)
         assert locked
         assert await pre.chat_token_ids([{"role": "user", "content": "ab"}]) == [97, 98]
         assert await pre.chat_token_ids([{"role": "user", "content": "x" * 3000}]) == [120] * 3000

@@ -65,23 +65,17 @@ async def test_variables_over_budget_are_refused(pre, kwargs, words):
     assert all(w in str(info.value) for w in words), str(info.value)
 
 
-async def test_template_variables_pass_and_render_off_the_loop(pre, tok, monkeypatch):
-    inline_calls = []
-    real_inline = Preprocessor._run_inline
-    def spy(self, fn, args):
-        inline_calls.append(1)
-        return real_inline(self, fn, args)
-
-    monkeypatch.setattr(Preprocessor, "_run_inline", spy)
+async def test_template_variables_pass_and_render_off_the_loop(pre, tok):
+    assert pre.inline_runs == 0
     engine = FakeEngine(DONE)
     request = {"messages": MESSAGES, "max_tokens": 1,
                "chat_template_args": {"enable_thinking": True}}
     await collect(text_handler(engine, pre).generate(request))
     assert engine.calls[0]["input_ids"] == tok.apply_chat_template(
         MESSAGES, tokenize=True, add_generation_prompt=True, return_dict=False)
-    assert inline_calls == []  # with variables: the worker thread, never the loop
+    assert pre.inline_runs == 0  # with variables: the worker thread, never the loop
     await pre.chat_token_ids(MESSAGES)
-    assert inline_calls == [1]  # the same short message without variables may run inline
+    assert pre.inline_runs == 1  # the same short message without variables may run inline
 
 
 async def test_a_template_past_its_time_budget_is_a_request_error(tok):

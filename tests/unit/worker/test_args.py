@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.backends import factory as engine_factory
+from components.backends import select as backend_select
 from components.worker.config import WorkerMode, parse_args, parse_endpoint
 from components.engine.config import EngineConfig
 
@@ -14,7 +14,7 @@ MODEL = ["--model-path", "/models/tiny"]
 @pytest.fixture(autouse=True)
 def _cpu_machine(monkeypatch):
     """Parse as on a machine without CUDA, whatever this one has; no ambient Dynamo env."""
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     for var in ("DYN_NAMESPACE", "ENGINE", "DYN_DISCOVERY_BACKEND", "DYN_REQUEST_PLANE",
                 "DYN_DEBUG_ROUTES"):
         monkeypatch.delenv(var, raising=False)
@@ -22,13 +22,13 @@ def _cpu_machine(monkeypatch):
 
 def test_defaults_are_an_aggregated_cpu_worker_like_dynamo():
     cfg = parse_args(MODEL)
-    assert cfg.mode is WorkerMode.AGGREGATED
-    assert cfg.engine_kind == "cpu"
+    assert cfg.role.mode is WorkerMode.AGGREGATED
+    assert cfg.backend.name == "cpu"
     assert cfg.dynamo.endpoint == "dynamo.backend.generate"
     assert cfg.dynamo.prefill_endpoint == "dynamo.prefill.generate"
     assert (cfg.dynamo.discovery_backend, cfg.dynamo.request_plane) == ("file", "tcp")
     assert cfg.served_model_name == "/models/tiny"
-    assert cfg.skip_tokenizer_init is False
+    assert cfg.role.skip_tokenizer_init is False
     assert cfg.host == "127.0.0.1"
 
 
@@ -41,7 +41,7 @@ def test_role_follows_disaggregation_mode_and_picks_the_default_endpoint(
         monkeypatch, mode, role, component):
     monkeypatch.setenv("DYN_NAMESPACE", "ns1")
     cfg = parse_args(MODEL + ["--disaggregation-mode", mode])
-    assert cfg.mode is role
+    assert cfg.role.mode is role
     assert cfg.dynamo.endpoint == f"ns1.{component}.generate"
     assert cfg.dynamo.prefill_endpoint == "ns1.prefill.generate"
     assert cfg.engine_args["disaggregation_mode"] == mode
@@ -115,23 +115,21 @@ def test_engine_sglang_without_cuda_says_why():
 
 
 def test_engine_choice_is_made_in_one_place(monkeypatch):
-    monkeypatch.setattr(engine_factory, "sglang_importable", lambda: True)
-    assert engine_factory.resolve_engine_kind("auto") == "cpu"
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: True)
-    assert engine_factory.resolve_engine_kind("auto") == "sglang"
-    assert engine_factory.resolve_engine_kind("cpu") == "cpu"
-    monkeypatch.setattr(engine_factory, "sglang_importable", lambda: False)
-    assert engine_factory.resolve_engine_kind("auto") == "cpu"
+    monkeypatch.setattr(backend_select, "sglang_importable", lambda: True)
+    assert backend_select.select_backend("auto").name == "cpu"
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: True)
+    assert backend_select.select_backend("auto").name == "sglang"
+    assert backend_select.select_backend("cpu").name == "cpu"
+    monkeypatch.setattr(backend_select, "sglang_importable", lambda: False)
+    assert backend_select.select_backend("auto").name == "cpu"
     monkeypatch.setenv("ENGINE", "cpu")
-    assert parse_args(MODEL).engine_kind == "cpu"
+    assert parse_args(MODEL).backend.name == "cpu"
 
 
 def test_tokenizer_worker_num_reaches_the_engine_and_counts_processes():
-    from components.worker.tokenizer_workers import worker_count
-
     config = parse_args([*MODEL, "--tokenizer-worker-num", "3"])
     assert EngineConfig(**config.engine_args).tokenizer_worker_num == 3
-    assert worker_count("cpu", config.engine_args) == 3
-    assert worker_count("cpu", parse_args(MODEL).engine_args) == 1
+    assert config.backend.tokenizer_worker_count(config.engine_args) == 3
+    assert config.backend.tokenizer_worker_count(parse_args(MODEL).engine_args) == 1
     with pytest.raises(ValueError, match="tokenizer_worker_num"):
         EngineConfig(model_path="m", tokenizer_worker_num=0)

@@ -142,11 +142,11 @@ def test_bad_kv_events_config_is_a_startup_error():
                                              ("prefill", False)])
 def test_only_aggregated_cpu_workers_publish_and_the_engine_never_sees_the_flag(
         monkeypatch, mode, publishes):
-    from components.backends import factory as engine_factory
+    from components.backends import select as backend_select
     from components.worker.config import parse_args
     from components.worker.main import publishes_kv_events
 
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     cfg = parse_args(["--engine", "cpu", "--model-path", "/models/tiny", "--disaggregation-mode",
                       mode, "--kv-events-config", '{"publisher": "zmq"}'])
     assert publishes_kv_events(cfg) is publishes

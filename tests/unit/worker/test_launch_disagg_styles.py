@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from components.backends import factory as engine_factory
+from components.backends import select as backend_select
 from components.worker.config import WorkerMode, parse_args
 from tests.unit.worker.test_launch_flags import LAUNCH, dry_run, worker_args
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(autouse=True)
 def _no_cuda(monkeypatch):
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     monkeypatch.delenv("DYN_DISAGG_ORCHESTRATOR", raising=False)
 
 
@@ -29,7 +29,7 @@ def workers(lines: dict[str, list[str]]) -> dict[str, object]:
     ("--skip-tokenizer-init", "frontend"), ("--no-skip-tokenizer-init", "decode")])
 def test_the_default_style_follows_the_input_mode(tiny_model_path, tokens, expected):
     lines = dry_run("disagg.sh", "--cpu", "--model", tiny_model_path, tokens)
-    assert {cfg.dynamo.orchestrator for cfg in workers(lines).values()} == {expected}
+    assert {cfg.role.orchestrator.value for cfg in workers(lines).values()} == {expected}
 
 
 @pytest.mark.parametrize("style", ["frontend", "decode"])
@@ -39,10 +39,10 @@ def test_n_prefill_and_m_decode_workers_with_their_own_bootstrap_ports(tiny_mode
     cfgs = workers(lines)
     assert sorted(cfgs) == ["decode", "decode_1", "prefill", "prefill_1", "prefill_2"]
     prefills = [cfgs[n] for n in ("prefill", "prefill_1", "prefill_2")]
-    assert all(c.mode is WorkerMode.PREFILL for c in prefills)
+    assert all(c.role.mode is WorkerMode.PREFILL for c in prefills)
     assert [c.bootstrap_port for c in prefills] == [20000, 20001, 20002]
-    assert all(cfgs[n].mode is WorkerMode.DECODE for n in ("decode", "decode_1"))
-    assert {c.dynamo.orchestrator for c in cfgs.values()} == {style}
+    assert all(cfgs[n].role.mode is WorkerMode.DECODE for n in ("decode", "decode_1"))
+    assert {c.role.orchestrator.value for c in cfgs.values()} == {style}
 
 
 def test_gpus_go_to_prefill_workers_first_then_decode_workers():

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from components.backends import factory as engine_factory
+from components.backends import select as backend_select
+from components.backends.sglang import SglangBackend
 from components.worker.config import build_parser, parse_args
 from components.engine.config import EngineConfig
 
@@ -44,19 +45,19 @@ def with_model(args: list[str], model: str) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _no_cuda(monkeypatch):
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
 
 
 @pytest.mark.parametrize("engine", ["--gpu", "--cpu"])
 @pytest.mark.parametrize("tokens", ["--skip-tokenizer-init", "--no-skip-tokenizer-init"])
 def test_disagg_worker_lines_parse_with_real_sglang_server_args(tiny_model_path, engine, tokens):
-    from components.backends.sglang import server_args_from_namespace
+    from components.backends.sglang_engine import server_args_from_namespace
 
     lines = dry_run("disagg.sh", engine, tokens, "--bootstrap-port", "12345")
     assert {"frontend", "prefill", "decode"} <= set(lines)
     for role in ("prefill", "decode"):
         argv = with_model(worker_args(lines[role]), tiny_model_path)
-        ns = build_parser("sglang").parse_args(argv)
+        ns = build_parser(SglangBackend()).parse_args(argv)
         server_args = server_args_from_namespace(ns)  # ServerArgs.from_cli_args + validation
         assert server_args.disaggregation_mode == role
         assert server_args.disaggregation_transfer_backend == "nixl"
@@ -76,7 +77,7 @@ def test_cpu_worker_lines_build_a_valid_cpu_engine_config(script, tiny_model_pat
     assert workers
     for role in workers:
         cfg = parse_args(worker_args(lines[role]))
-        assert cfg.engine_kind == "cpu"
+        assert cfg.backend.name == "cpu"
         engine_config = EngineConfig.from_kwargs(**cfg.engine_args)
         assert engine_config.max_total_tokens == 4096  # extra args are forwarded
         assert engine_config.skip_tokenizer_init is True
@@ -84,7 +85,7 @@ def test_cpu_worker_lines_build_a_valid_cpu_engine_config(script, tiny_model_pat
 
 def test_agg_worker_line_parses_with_real_sglang_server_args(tiny_model_path):
     lines = dry_run("agg.sh", "--gpu")
-    ns = build_parser("sglang").parse_args(with_model(worker_args(lines["worker"]),
+    ns = build_parser(SglangBackend()).parse_args(with_model(worker_args(lines["worker"]),
                                                       tiny_model_path))
     assert ns.disaggregation_mode == "null"
 

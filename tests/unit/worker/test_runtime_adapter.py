@@ -134,14 +134,20 @@ class Clock:
         return self.now
 
 
-def adapter(client, clock) -> RuntimePrefillClient:
+def new_backoff(clock) -> Backoff:
+    return Backoff(first_s=1.0, max_s=4.0, clock=clock)
+
+
+def adapter(client, clock, backoff: Backoff | None = None) -> RuntimePrefillClient:
+    # A test that checks the refused-instance table passes its own Backoff and reads that.
     return RuntimePrefillClient(client, connect_timeout=0.05,
-                                backoff=Backoff(first_s=1.0, max_s=4.0, clock=clock))
+                                backoff=new_backoff(clock) if backoff is None else backoff)
 
 
 async def test_a_refused_instance_is_retried_after_its_backoff():
     client, clock = FlakyClient([7], refuse={7}), Clock()
-    prefill = adapter(client, clock)
+    refused = new_backoff(clock)
+    prefill = adapter(client, clock, refused)
     with pytest.raises(PrefillUnavailable, match="did not respond within"):
         await prefill.generate({}, None)
     client.refuse.clear()  # the listener is up now
@@ -149,7 +155,7 @@ async def test_a_refused_instance_is_retried_after_its_backoff():
     clock.now += 1.0
     stream = await prefill.generate({}, None)
     assert [item async for item in stream] == [BOOT]
-    assert client.tried[-1] == 7 and len(prefill._refused) == 0  # success clears it
+    assert client.tried[-1] == 7 and len(refused) == 0  # success clears it
 
 
 async def test_backoff_doubles_up_to_its_cap():
@@ -159,13 +165,14 @@ async def test_backoff_doubles_up_to_its_cap():
 
 async def test_a_new_instance_id_is_tried_at_once_and_the_old_entry_forgotten():
     client, clock = FlakyClient([7], refuse={7}), Clock()
-    prefill = adapter(client, clock)
+    refused = new_backoff(clock)
+    prefill = adapter(client, clock, refused)
     with pytest.raises(PrefillUnavailable):
         await prefill.generate({}, None)
     client.ids = [8]  # the prefill restarted under a new id
     stream = await prefill.generate({}, None)
     assert [item async for item in stream] == [BOOT] and client.tried[-1] == 8
-    assert len(prefill._refused) == 0
+    assert len(refused) == 0
 
 
 # --- what the prefill rejects is the client's error, as in aggregated mode --------------------

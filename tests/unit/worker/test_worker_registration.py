@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from components.backends import factory as engine_factory
+from components.backends import select as backend_select
 from components.worker import main as worker, register
 from components.worker.config import parse_args
 from components.backends.limits import EngineLimits
@@ -20,7 +20,7 @@ LIMITS = EngineLimits(context_length=2048, max_total_num_tokens=4096, max_runnin
 
 @pytest.fixture
 def config(monkeypatch):
-    monkeypatch.setattr(engine_factory, "cuda_available", lambda: False)
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     return parse_args(["--model-path", "/models/tiny", "--served-model-name", "tiny",
                        "--skip-tokenizer-init"])
 
@@ -58,7 +58,7 @@ async def test_worker_shuts_the_runtime_down_when_registration_fails(monkeypatch
         raise RegistrationError("registering model 'tiny' failed: no")
 
     monkeypatch.setattr(worker, "register_served_model", refuse)
-    monkeypatch.setattr(worker, "engine_limits", lambda kind, engine: LIMITS)
+    monkeypatch.setattr(type(config.backend), "limits", lambda self, engine: LIMITS)
     engine = SimpleNamespace(tokenizer_manager=SimpleNamespace(tokenizer=None))
     runtime = FakeRuntime()
     handler = SimpleNamespace(generate=None)

@@ -25,11 +25,7 @@ from components.engine.disagg.transport.auth import welcome_ok
 from components.engine.disagg.transport.bootstrap import Endpoint
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
 from components.engine.disagg.transport.events import (
-    HOLD_BACKSTOP_FACTOR,
-    Event,
-    KVArrived,
-    RoomReleased,
-    TransferFailed,
+    HOLD_BACKSTOP_FACTOR, Event, FailureKind, KVArrived, RoomReleased, TransferFailed, abort_kind,
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peers import Throttle
@@ -82,7 +78,8 @@ class DecodeSide:
         r = _Room(room, rid, (host, port), now + self._transfer_timeout, now)
         self._rooms[room] = r
         if not self._client.send(r.endpoint, Register(room, self._nixl.name, list(runs))):
-            self._fail(r, f"could not reach the prefill bootstrap server {host}:{port}")
+            self._fail(r, f"could not reach the prefill bootstrap server {host}:{port}",
+                       FailureKind.PEER_LOST)
 
     def abort(self, room: int, message: str, invalid: bool = False) -> None:
         r = self._rooms.get(room)
@@ -131,7 +128,8 @@ class DecodeSide:
         if isinstance(msg, Abort) and not r.releasing:
             # The prefill sends Abort only once none of its WRITEs of the room is in flight.
             why = msg.message if msg.invalid else f"prefill aborted the KV transfer: {msg.message}"
-            self._emit(TransferFailed(r.room, why, msg.invalid))
+            kind = FailureKind.INVALID if msg.invalid else abort_kind(why)
+            self._emit(TransferFailed(r.room, why, kind))
         elif isinstance(msg, AbortAck) and not r.releasing:
             return
         self._release(r)
@@ -153,17 +151,18 @@ class DecodeSide:
                        *endpoint, reason)
         # It never loaded our metadata, so nothing of it can write into these pages.
         self._client.forget(endpoint)
-        self._lose(endpoint, f"prefill {endpoint[0]}:{endpoint[1]} refused this decode: {reason}")
+        self._lose(endpoint, f"prefill {endpoint[0]}:{endpoint[1]} refused this decode: {reason}",
+                   FailureKind.REFUSED)
 
     def on_disconnect(self, endpoint: Endpoint) -> None:
         self._lose(endpoint, f"lost the connection to the prefill bootstrap server "
-                             f"{endpoint[0]}:{endpoint[1]}")
+                             f"{endpoint[0]}:{endpoint[1]}", FailureKind.PEER_LOST)
 
-    def _lose(self, endpoint: Endpoint, message: str) -> None:
+    def _lose(self, endpoint: Endpoint, message: str, kind: FailureKind) -> None:
         self._prefills.pop(endpoint, None)
         for r in [r for r in self._rooms.values() if r.endpoint == endpoint]:
             if not r.releasing:
-                self._emit(TransferFailed(r.room, message))
+                self._emit(TransferFailed(r.room, message, kind))
             self._release(r)
 
     def progress(self, now: float) -> None:
@@ -194,7 +193,7 @@ class DecodeSide:
             else:
                 msg = (f"timed out waiting for KV of room {r.room} from prefill "
                        f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s")
-                self._fail(r, msg)
+                self._fail(r, msg, FailureKind.TIMED_OUT)
 
     def _on_notif(self, r: _Room, agent: str, notif: KVNotif) -> None:
         owner = self._prefills.get(r.endpoint)
@@ -215,9 +214,9 @@ class DecodeSide:
             self._emit(KVArrived(r.room, notif.first_token, notif.logprob))
 
     # --- endings ------------------------------------------------------------------------------
-    def _fail(self, r: _Room, message: str) -> None:
+    def _fail(self, r: _Room, message: str, kind: FailureKind) -> None:
         logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
-        self._emit(TransferFailed(r.room, message))
+        self._emit(TransferFailed(r.room, message, kind))
         self._start_release(r, message)
 
     def _start_release(self, r: _Room, message: str) -> None:

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from protocol.kv_side_channel import FirstLogprob
+
+
+class FailureKind(enum.Enum):
+    """Why a room failed; the coordinator's one table maps each kind to what the client sees."""
+
+    TIMED_OUT = "timed out"  # a timeout ran out (here, or at the peer that gave the room up)
+    PEER_LOST = "peer lost"  # the side channel to the peer dropped or could not be opened
+    REFUSED = "refused"  # the peer refused this side (handshake), or the prefill evicted it
+    NIXL_ERROR = "NIXL error"  # the WRITE failed, or could not be posted
+    ABORTED = "aborted"  # the engine or the peer gave the room up
+    INVALID = "invalid"  # decode: the prefill refused the request itself (the client's 400)
+
+
+def abort_kind(message: str) -> FailureKind:
+    """The kind of a room given up with ``message`` by someone else (the engine, or the peer's
+    ``Abort``): only its text crosses that boundary (the side channel's ``Abort`` has no kind),
+    and one that gave up because a timeout ran out says "timed out" in it."""
+    return FailureKind.TIMED_OUT if "timed out" in message else FailureKind.ABORTED
 
 
 @dataclass(frozen=True)
@@ -25,7 +44,7 @@ class KVArrived:
 
 @dataclass(frozen=True)
 class TransferFailed:
-    """The room failed (timeout, peer abort, NIXL error, layout mismatch); ``message`` says why.
+    """The room failed; ``message`` says why, ``kind`` what kind of failure it is.
 
     Prefill: no WRITE of the room is in flight, the source pages may be freed.
     Decode: end the request now, but keep the destination pages until ``RoomReleased``.
@@ -33,7 +52,12 @@ class TransferFailed:
 
     room: int
     message: str
-    invalid: bool = False  # decode: the prefill refused the request itself (the client's 400)
+    kind: FailureKind = FailureKind.ABORTED
+
+    @property
+    def invalid(self) -> bool:
+        """Decode: the prefill refused the request itself (the client's 400)."""
+        return self.kind is FailureKind.INVALID
 
 
 @dataclass(frozen=True)

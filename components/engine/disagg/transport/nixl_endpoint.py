@@ -52,7 +52,7 @@ class NixlEndpoint:
     """The process's NIXL agent plus the registered pool; used on one thread only."""
 
     def __init__(self, name: str, pool: torch.Tensor, ucx_error_handling: str = "none") -> None:
-        if not isinstance(pool, torch.Tensor) or pool.device.type != "cpu":
+        if not isinstance(pool, torch.Tensor) or not pool.is_cpu:
             raise ValueError("the KV pool must be a CPU torch tensor")
         if not pool.is_contiguous() or pool.numel() == 0:
             raise ValueError(

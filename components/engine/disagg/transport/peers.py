@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from components.engine.disagg.transport.auth import HelloChecker, sign_welcome
+from components.engine.disagg.transport.events import FailureKind
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.runs import Run, check_within
 from protocol.kv_side_channel import Hello, KVLayout, Refused, Welcome
@@ -164,6 +165,7 @@ def _describe(layout: KVLayout | None) -> str:
 class Tomb(NamedTuple):
     until: float
     message: str
+    kind: FailureKind  # what a late add_prefill of the room reports
     invalid: bool  # the request itself was refused (a 400)
     by: bytes | None  # the connection of a decode that gave the room up unregistered
 
@@ -180,14 +182,14 @@ class Tombstones:
     def __len__(self) -> int:
         return len(self._rooms)
 
-    def add(self, room: int, message: str, invalid: bool = False,
+    def add(self, room: int, message: str, kind: FailureKind, invalid: bool = False,
             by: bytes | None = None) -> None:
         self._rooms.pop(room, None)
         if len(self._rooms) >= MAX_TOMBSTONES:
             del self._rooms[next(iter(self._rooms))]
             self._throttle.warn("tombstones", "KV transport: over %d rooms given up within %g s; "
                                 "forgetting the oldest", MAX_TOMBSTONES, self._horizon)
-        self._rooms[room] = Tomb(time.monotonic() + self._horizon, message, invalid, by)
+        self._rooms[room] = Tomb(time.monotonic() + self._horizon, message, kind, invalid, by)
 
     def get(self, room: int) -> Tomb | None:
         return self._rooms.get(room)
@@ -196,9 +198,8 @@ class Tombstones:
         entry = self._rooms.get(room)
         return entry.message if entry is not None else None
 
-    def pop(self, room: int) -> str | None:
-        entry = self._rooms.pop(room, None)
-        return entry.message if entry is not None else None
+    def pop(self, room: int) -> Tomb | None:
+        return self._rooms.pop(room, None)
 
     def expire(self, now: float) -> None:
         while self._rooms:

@@ -13,7 +13,12 @@ import time
 from collections.abc import Callable
 
 from components.engine.disagg.transport.bootstrap import BootstrapServer
-from components.engine.disagg.transport.events import Event, TransferFailed
+from components.engine.disagg.transport.events import (
+    Event,
+    FailureKind,
+    TransferFailed,
+    abort_kind,
+)
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peers import (
     MAX_PENDING,
@@ -21,8 +26,14 @@ from components.engine.disagg.transport.peers import (
     Peer,
     PeerTable,
     Throttle,
+    Tombstones,
 )
-from components.engine.disagg.transport.prefill_writes import PrefillWrites, Registration, PrefillRoom
+from components.engine.disagg.transport.prefill_writes import (
+    PrefillRoom,
+    PrefillWrites,
+    Registration,
+    TransferTotals,
+)
 from components.engine.disagg.transport.runs import Run
 from protocol.kv_side_channel import (
     Abort, AbortAck, FirstLogprob, Hello, Holding, KVLayout, Register,
@@ -31,14 +42,24 @@ from protocol.kv_side_channel import (
 logger = logging.getLogger(__name__)
 
 
-class PrefillSide(PrefillWrites):
+class PrefillSide:
+    """The side channel's rules (peers, registrations, aborts, tombstones) around the rooms'
+    WRITEs, which ``PrefillWrites`` posts, settles and times out."""
+
     def __init__(self, nixl: NixlEndpoint, server: BootstrapServer, bootstrap_timeout: float,
                  transfer_timeout: float, emit: Callable[[Event], None],
                  layout: KVLayout | None = None, secret: bytes | None = None,
                  throttle: Throttle | None = None) -> None:
-        throttle = throttle or Throttle()
-        super().__init__(nixl, server, bootstrap_timeout, transfer_timeout, emit, throttle)
-        self._peers = PeerTable(nixl, layout, secret, throttle)
+        self._nixl = nixl
+        self._server = server
+        self._emit = emit
+        self._throttle = throttle or Throttle()
+        # Orphan registrations and tombstones (rooms given up) are kept this long, then dropped.
+        self._horizon = bootstrap_timeout + transfer_timeout
+        self._tombstones = Tombstones(self._horizon, self._throttle)
+        self._writes = PrefillWrites(nixl, server, bootstrap_timeout, transfer_timeout, emit,
+                                     self._tombstones)
+        self._peers = PeerTable(nixl, layout, secret, self._throttle)
         self._registrations: dict[int, Registration] = {}
         self._pending: dict[bytes, int] = {}  # connection -> its registrations waiting
 
@@ -47,45 +68,68 @@ class PrefillSide(PrefillWrites):
         """Sizes of every table a peer can grow (all capped; see peers.py)."""
         return {"peers": len(self._peers), "registrations": len(self._registrations),
                 "tombstones": len(self._tombstones), "nonces": self._peers.nonces,
-                "rooms": len(self._rooms), "zombies": len(self._zombies)}
+                **self._writes.counters}
+
+    @property
+    def totals(self) -> TransferTotals:
+        return self._writes.totals
+
+    @property
+    def busy(self) -> bool:
+        return self._writes.busy
+
+    def progress_since(self) -> float | None:
+        return self._writes.progress_since()
+
+    def next_deadline(self) -> float | None:
+        return self._writes.next_deadline()
+
+    def progress(self, now: float) -> None:
+        """Move the WRITEs along, then forget what is older than the horizon."""
+        self._writes.progress(now)
+        self._tombstones.expire(now)
+        self._expire_registrations(now)
+
+    def close(self) -> None:
+        self._writes.close()
 
     # --- engine calls -------------------------------------------------------------------------
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
                     logprob: FirstLogprob | None = None) -> None:
-        if room in self._rooms:
+        if self._writes.get(room) is not None:
             raise ValueError(f"room {room} is already being transferred")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
         tomb = self._tombstones.pop(room)
         if tomb is not None:
-            self._emit(TransferFailed(room, tomb))
+            self._emit(TransferFailed(room, tomb.message, tomb.kind))
             return
         r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic(),
                         logprob=logprob)
-        self._rooms[room] = r
+        self._writes.add(r)
         r.reg = self._take_registration(room)
         if r.reg is not None:
-            self._start(r)
+            self._writes.start(r)
 
     def abort(self, room: int, message: str, invalid: bool = False) -> None:
         """``invalid``: the engine refused the request itself (a 400); the decode says so too."""
-        r = self._rooms.get(room)
+        r = self._writes.get(room)
         if r is None:
             # Aborted before its KV was ready: fail the decode's registration now or when it comes.
             reg = self._take_registration(room)
             if reg is not None:
                 self._server.send(reg.identity, Abort(room, self._nixl.name, message, invalid))
-            self._tombstones.add(room, message, invalid)
+            self._tombstones.add(room, message, abort_kind(message), invalid)
             return
         if r.handle is not None:
-            r.abort_message = r.abort_message or message
+            r.give_up(message, abort_kind(message))
         else:
-            self._finish_failed(r, message, tell_decode=True)
+            self._writes.fail(r, message, abort_kind(message), tell_decode=True)
 
     # --- side channel -------------------------------------------------------------------------
     def on_message(self, identity: bytes, msg) -> None:
         if isinstance(msg, Hello):
-            busy = {r.reg.agent for r in self._rooms.values() if r.handle is not None}
-            self._server.send(identity, self._peers.hello(identity, msg, busy))
+            self._server.send(identity,
+                              self._peers.hello(identity, msg, self._writes.busy_agents()))
             return
         peer = self._peers.peer_of(identity)
         if peer is None or peer.name != msg.agent_name:
@@ -107,7 +151,8 @@ class PrefillSide(PrefillWrites):
         for room, reg in list(self._registrations.items()):
             if reg.identity == identity:
                 self._take_registration(room)
-                self._tombstones.add(room, "the decode's side-channel connection dropped")
+                self._tombstones.add(room, "the decode's side-channel connection dropped",
+                                     FailureKind.PEER_LOST)
 
     def _refuse(self, identity: bytes, room: int, why: str) -> None:
         self._throttle.warn("register", "KV side channel: refused a registration of room %s: %s",
@@ -129,7 +174,7 @@ class PrefillSide(PrefillWrites):
         except ValueError as exc:
             self._refuse(identity, msg.room, str(exc))
             return
-        r = self._rooms.get(msg.room)
+        r = self._writes.get(msg.room)
         other = self._registrations.get(msg.room) or (r.reg if r is not None else None)
         if other is not None:
             if other.identity != identity:  # the owner's own duplicate is harmless: ignored
@@ -138,7 +183,7 @@ class PrefillSide(PrefillWrites):
         reg = Registration(identity, msg.agent_name, list(msg.runs), time.monotonic())
         if r is not None:
             r.reg = reg
-            self._start(r)
+            self._writes.start(r)
         elif (self._pending.get(identity, 0) >= MAX_PENDING_PER_PEER
               or len(self._registrations) >= MAX_PENDING and not self._evict_for(identity)):
             self._refuse(identity, msg.room, "too many registrations waiting for this prefill")
@@ -155,42 +200,42 @@ class PrefillSide(PrefillWrites):
         room = next(k for k, g in self._registrations.items() if g.identity == heaviest)
         self._take_registration(room)
         why = "evicted: too many registrations waiting for this prefill"
-        self._tombstones.add(room, why)
+        self._tombstones.add(room, why, FailureKind.REFUSED)
         self._refuse(heaviest, room, why)
         return True
 
     def _on_decode_abort(self, identity: bytes, msg: Abort) -> None:
         message = f"aborted by decode: {msg.message}"
-        r = self._rooms.get(msg.room)
+        kind = abort_kind(message)
+        r = self._writes.get(msg.room)
         reg = self._registrations.get(msg.room)
         if r is not None and r.reg is not None and r.reg.identity == identity:
             r.ack_to = identity
             if r.handle is None:
-                self._finish_failed(r, message, tell_decode=False)
+                self._writes.fail(r, message, kind, tell_decode=False)
                 return
-            r.abort_message = r.abort_message or message
+            r.give_up(message, kind)
             # Tell decode a WRITE is in flight: keep the pages past its grace, until our ack.
             self._server.send(identity, Holding(msg.room, self._nixl.name))
         elif reg is not None and reg.identity == identity:
             # Not started here: remember, so a later add_prefill fails fast.
             self._take_registration(msg.room)
-            self._tombstones.add(msg.room, message)
+            self._tombstones.add(msg.room, message, kind)
             self._server.send(identity, AbortAck(msg.room, self._nixl.name))
         elif reg is None and (r is None or r.reg is None):
             # Nobody registered it: a decode that gave the room up before registering it (or a
             # late abort of a finished room). Stop it now rather than at the bootstrap timeout.
             if r is not None:
                 r.ack_to = identity
-                self._finish_failed(r, message, tell_decode=False)
+                self._writes.fail(r, message, kind, tell_decode=False)
                 return
-            self._tombstones.add(msg.room, message, by=identity)
+            self._tombstones.add(msg.room, message, kind, by=identity)
             self._server.send(identity, AbortAck(msg.room, self._nixl.name))
         else:
             self._throttle.warn("abort", "KV side channel: refused an abort of room %s from a "
                                 "connection that did not register it", msg.room)
 
-    def _expire(self, now: float) -> None:
-        super()._expire(now)
+    def _expire_registrations(self, now: float) -> None:
         for room in [k for k, g in self._registrations.items() if now - g.arrived > self._horizon]:
             logger.info("room %s: dropped a decode registration the prefill never started", room)
             self._take_registration(room)

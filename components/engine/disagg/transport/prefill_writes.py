@@ -16,11 +16,12 @@ from components.engine.disagg.transport.bootstrap import BootstrapServer
 from components.engine.disagg.transport.events import (
     HOLD_BACKSTOP_FACTOR,
     Event,
+    FailureKind,
     TransferDone,
     TransferFailed,
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
-from components.engine.disagg.transport.peers import Throttle, Tombstones
+from components.engine.disagg.transport.peers import Tombstones
 from components.engine.disagg.transport.runs import Run, coalesce, pair_runs, total_bytes
 from protocol.kv_side_channel import (
     Abort, AbortAck, FirstLogprob, Holding, KVNotif, Written, encode,
@@ -49,10 +50,16 @@ class PrefillRoom:
     started: float = 0.0
     # Set when the room is given up while its WRITE is in flight: reported once the WRITE settles.
     abort_message: str | None = None
+    abort_kind: FailureKind = FailureKind.ABORTED  # the kind of ``abort_message``
     ack_to: bytes | None = None  # connection that aborted the room and waits for AbortAck
     holding_since: float | None = None  # the WRITE timed out and NIXL would not release it
     nbytes: int = 0  # what the WRITE moves
     logprob: FirstLogprob | None = None  # the first token's, when the request asked for them
+
+    def give_up(self, message: str, kind: FailureKind) -> None:
+        """Its WRITE is in flight: report the first reason it was given up once it settles."""
+        if not self.abort_message:
+            self.abort_message, self.abort_kind = message, kind
 
 
 @dataclass
@@ -67,28 +74,41 @@ class TransferTotals:
 
 
 class PrefillWrites:
-    """Rooms whose KV is ready (``add_prefill``), and their WRITEs."""
+    """Rooms whose KV is ready (``add_prefill``), and their WRITEs. A room that fails is
+    remembered in ``tombstones`` (shared with, and expired by, the owning ``PrefillSide``)."""
 
     def __init__(self, nixl: NixlEndpoint, server: BootstrapServer, bootstrap_timeout: float,
                  transfer_timeout: float, emit: Callable[[Event], None],
-                 throttle: Throttle) -> None:
+                 tombstones: Tombstones) -> None:
         self._nixl = nixl
         self._server = server
         self._bootstrap_timeout = bootstrap_timeout
         self._transfer_timeout = transfer_timeout
         self._hold_backstop = HOLD_BACKSTOP_FACTOR * transfer_timeout
         self._emit = emit
-        self._throttle = throttle
-        # Orphan registrations and tombstones (rooms given up) are kept this long, then dropped.
-        self._horizon = bootstrap_timeout + transfer_timeout
         self._rooms: dict[int, PrefillRoom] = {}
-        self._tombstones = Tombstones(self._horizon, throttle)
+        self._tombstones = tombstones
         self._zombies: list[object] = []  # settled handles NIXL refused to release; retried
         self.totals = TransferTotals()
 
     @property
     def busy(self) -> bool:
         return bool(self._rooms or self._zombies)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {"rooms": len(self._rooms), "zombies": len(self._zombies)}
+
+    def get(self, room: int) -> PrefillRoom | None:
+        return self._rooms.get(room)
+
+    def add(self, r: PrefillRoom) -> None:
+        """Take ``r`` on; it WRITEs once ``start`` is called with its registration set."""
+        self._rooms[r.room] = r
+
+    def busy_agents(self) -> set[str]:
+        """Decode agents with a WRITE in flight (NIXL must not unload them)."""
+        return {r.reg.agent for r in self._rooms.values() if r.handle is not None}
 
     def progress_since(self) -> float | None:
         """Start of the newest WRITE in flight, or None (only check_xfer_state moves it along)."""
@@ -102,7 +122,7 @@ class PrefillWrites:
         return min(waits, default=None)
 
     # --- WRITEs ----------------------------------------------------------------------------
-    def _start(self, r: PrefillRoom) -> None:
+    def start(self, r: PrefillRoom) -> None:
         reg = r.reg
         try:
             src, dst = coalesce(*pair_runs(r.runs, reg.runs))
@@ -110,7 +130,8 @@ class PrefillWrites:
             r.handle, state = self._nixl.write(reg.agent, src, dst, notif)
         except (ValueError, *self._nixl.errors) as exc:
             logger.warning("room %s (rid %s): KV WRITE not started: %s", r.room, r.rid, exc)
-            self._finish_failed(r, f"KV transfer to decode failed: {exc}", tell_decode=True)
+            self.fail(r, f"KV transfer to decode failed: {exc}", FailureKind.NIXL_ERROR,
+                      tell_decode=True)
             return
         r.started = time.monotonic()
         r.nbytes = total_bytes(src)
@@ -124,11 +145,10 @@ class PrefillWrites:
                 if r.handle is not None and now - r.started > self._transfer_timeout:
                     self._time_out(r, now)
             elif r.reg is None and now - r.created > self._bootstrap_timeout:
-                self._finish_failed(
-                    r, f"timed out waiting for decode to register room {r.room} "
-                       f"after {self._bootstrap_timeout:g} s", tell_decode=False)
+                self.fail(r, f"timed out waiting for decode to register room {r.room} after "
+                             f"{self._bootstrap_timeout:g} s", FailureKind.TIMED_OUT,
+                          tell_decode=False)
         self._zombies = [h for h in self._zombies if not self._nixl.release(h)]
-        self._expire(now)
 
     def _time_out(self, r: PrefillRoom, now: float) -> None:
         """Cancel a WRITE that took too long. While NIXL will not release its handle the WRITE
@@ -136,10 +156,10 @@ class PrefillWrites:
         message = f"timed out writing KV to decode after {self._transfer_timeout:g} s"
         if self._nixl.release(r.handle):
             r.handle = None
-            self._finish_failed(r, message, tell_decode=True)
+            self.fail(r, message, FailureKind.TIMED_OUT, tell_decode=True)
         elif r.holding_since is None:
             r.holding_since = now
-            r.abort_message = r.abort_message or message
+            r.give_up(message, FailureKind.TIMED_OUT)
             logger.warning("room %s (rid %s): NIXL will not release the timed-out WRITE; "
                            "keeping the pages on both sides until it does", r.room, r.rid)
             self._server.send(r.ack_to or r.reg.identity, Holding(r.room, self._nixl.name))
@@ -148,7 +168,7 @@ class PrefillWrites:
                          "pages anyway", r.room, r.rid, now - r.holding_since)
             self._zombies.append(r.handle)
             r.handle = None
-            self._finish_failed(r, r.abort_message, tell_decode=True)
+            self.fail(r, r.abort_message, r.abort_kind, tell_decode=True)
 
     def _settle(self, r: PrefillRoom, state: str) -> None:
         if state == "PROC":
@@ -157,7 +177,7 @@ class PrefillWrites:
             self._zombies.append(r.handle)
         r.handle = None
         if r.abort_message is not None:
-            self._finish_failed(r, r.abort_message, tell_decode=r.ack_to is None)
+            self.fail(r, r.abort_message, r.abort_kind, tell_decode=r.ack_to is None)
         elif state == "DONE":
             del self._rooms[r.room]
             self._count_done(r)
@@ -167,7 +187,8 @@ class PrefillWrites:
             logger.debug("room %s (rid %s): KV WRITE done", r.room, r.rid)
             self._emit(TransferDone(r.room))
         else:
-            self._finish_failed(r, "KV transfer to decode failed (NIXL error)", tell_decode=True)
+            self.fail(r, "KV transfer to decode failed (NIXL error)", FailureKind.NIXL_ERROR,
+                      tell_decode=True)
 
     def _count_done(self, r: PrefillRoom) -> None:
         t = self.totals
@@ -176,19 +197,16 @@ class PrefillWrites:
         t.nbytes += r.nbytes
         t.seconds += t.last_seconds
 
-    def _finish_failed(self, r: PrefillRoom, message: str, tell_decode: bool) -> None:
+    def fail(self, r: PrefillRoom, message: str, kind: FailureKind, tell_decode: bool) -> None:
         """End a room with no WRITE in flight: tell decode, remember it, report it."""
         self._rooms.pop(r.room, None)
         if r.ack_to is not None:
             self._server.send(r.ack_to, AbortAck(r.room, self._nixl.name))
         elif tell_decode and r.reg is not None:
             self._server.send(r.reg.identity, Abort(r.room, self._nixl.name, message))
-        self._tombstones.add(r.room, message)
+        self._tombstones.add(r.room, message, kind)
         logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
-        self._emit(TransferFailed(r.room, message))
-
-    def _expire(self, now: float) -> None:
-        self._tombstones.expire(now)
+        self._emit(TransferFailed(r.room, message, kind))
 
     def close(self) -> None:
         for r in self._rooms.values():

@@ -1,4 +1,7 @@
-"""KVTransport: the CPU engine's prefill -> decode KV transfer (side channel + NIXL WRITE).
+"""The CPU engine's prefill -> decode KV transfer (side channel + NIXL WRITE): what both sides
+share (``TransportBase``, here), and the protocol. Each side is its own class,
+``PrefillTransport`` (prefill_transport.py) and ``DecodeTransport`` (decode_transport.py);
+``KVTransport`` (factory.py) makes the one a role needs.
 
 Created, used and closed on the engine thread only; nothing here blocks longer than the
 ``poll(timeout_s)`` the engine asks for. Flow (SGLang's NIXL PD protocol in spirit):
@@ -46,81 +49,69 @@ raise ValueError at the call; ``bootstrap_port`` None or 0 binds a free port (``
 
 from __future__ import annotations
 
-import ipaddress
+import contextlib
 import logging
 import math
 import os
 import time
 import uuid
+from collections.abc import Iterator
 
 import torch
 import zmq
 
-from components.engine.disagg.transport.auth import sign_hello
 from components.engine.disagg.transport.bootstrap import BootstrapServer
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
 from components.engine.disagg.transport.decode_side import DecodeSide
 from components.engine.disagg.transport.events import Event
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peering import Peering
-from components.engine.disagg.transport.peers import Throttle
 from components.engine.disagg.transport.prefill_side import PrefillSide
 from components.engine.disagg.transport.prefill_writes import TransferTotals
 from components.engine.disagg.transport.runs import Run
-from protocol.kv_side_channel import FirstLogprob, Hello
+from protocol.kv_side_channel import FirstLogprob
 
-__all__ = ["KVTransport"]
+__all__ = ["TransportBase", "check_host", "check_timeout"]
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("prefill", "decode")
 # While NIXL work is pending, wait on ZMQ in 1 ms slices (its finest timeout) between UCX
 # progress calls: an arrived notification waits at most one slice for decode to see it (slices
 # that grew with the wait, up to 5 ms, could hold it that long).
 _SLICE_S = 0.001
 
 
-class KVTransport:
-    def __init__(self, pool: torch.Tensor, role: str, host: str, bootstrap_port: int | None,
-                 bootstrap_timeout: float, transfer_timeout: float,
-                 agent_name: str | None = None, peering: Peering | None = None) -> None:
-        if role not in ROLES:
-            raise ValueError(f"KV transport role must be one of {ROLES}, got {role!r}")
-        for name, value in (("bootstrap_timeout", bootstrap_timeout),
-                            ("transfer_timeout", transfer_timeout)):
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if not isinstance(host, str) or not host:
-            raise ValueError("host must be a non-empty address")
-        self.role = role
+def check_timeout(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def check_host(host: str) -> None:
+    if not isinstance(host, str) or not host:
+        raise ValueError("host must be a non-empty address")
+
+
+class TransportBase:
+    """What both sides share: the NIXL agent, the ZMQ context and poller, the event queue, the
+    poll loop and ``abort``/``close``. Each side's class opens its side channel and its room
+    logic (``_side``) after this ``__init__``, and names its side channel in ``_channel``."""
+
+    role = ""  # "prefill" or "decode": each side's class says
+
+    def __init__(self, pool: torch.Tensor, agent_name: str | None, peering: Peering) -> None:
         self._events: list[Event] = []
         self._closed = False
-        name = agent_name or f"{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        peering = peering or Peering()
-        throttle = Throttle()
+        self._side: PrefillSide | DecodeSide | None = None
+        name = agent_name or f"{self.role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._nixl = NixlEndpoint(name, pool, peering.ucx_error_handling)
         self._ctx = zmq.Context()
         self._poller = zmq.Poller()
-        self._server: BootstrapServer | None = None
-        self._client: BootstrapClient | None = None
+
+    @contextlib.contextmanager
+    def _closed_on_error(self) -> Iterator[None]:
+        """Wrap a side's opening: what was opened before a failure is closed again."""
         try:
-            if role == "prefill":
-                self._server = BootstrapServer(self._ctx, host, bootstrap_port, throttle)
-                self._poller.register(self._server.socket, zmq.POLLIN)
-                self._poller.register(self._server.monitor, zmq.POLLIN)
-                self._side = PrefillSide(self._nixl, self._server, float(bootstrap_timeout),
-                                         float(transfer_timeout), self._events.append,
-                                         peering.layout, peering.secret, throttle)
-                _warn_if_exposed(host, peering)
-            else:
-                hello = Hello(agent_name=name, agent_metadata=self._nixl.metadata,
-                              pool_base=self._nixl.base, pool_bytes=self._nixl.nbytes,
-                              layout=peering.layout,
-                              ucx_error_handling=peering.ucx_error_handling)
-                self._client = BootstrapClient(self._ctx, self._poller,
-                                               lambda: sign_hello(peering.secret, hello), throttle)
-                self._side = DecodeSide(self._nixl, self._client, float(transfer_timeout),
-                                        self._events.append, peering.secret, throttle)
+            yield
         except BaseException:
             self.close()
             raise
@@ -130,42 +121,45 @@ class KVTransport:
         return self._nixl.name
 
     @property
+    def agent_metadata(self) -> bytes:
+        """This NIXL agent's metadata, as a decode's Hello carries it to the prefill."""
+        return self._nixl.metadata
+
+    # The prefill's own (its bootstrap server, its WRITEs); a decode has none of them.
+    @property
     def bootstrap_port(self) -> int | None:
-        return self._server.port if self._server is not None else None
+        return None
+
+    @property
+    def bootstrap_connections(self) -> int:
+        return 0
 
     @property
     def counters(self) -> dict[str, int]:
-        """Prefill: sizes of the tables peers can grow (all capped); decode: empty."""
-        return dict(getattr(self._side, "counters", {}))
+        return {}
 
     @property
     def transfer_totals(self) -> TransferTotals | None:
-        """Prefill: completed WRITEs (count, bytes, seconds; ``prefill_writes.TransferTotals``);
-        decode: None."""
-        return getattr(self._side, "totals", None)
+        return None
 
     @property
     def busy(self) -> bool:
         return bool(self._events) or self._side.busy
 
     # --- engine calls -------------------------------------------------------------------------
+    # One side's calls, made on the other side's transport, fail clearly (each side overrides
+    # its own): the engine holds a transport of either side.
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
                     logprob: FirstLogprob | None = None) -> None:
-        self._require("prefill", "add_prefill")
-        # Read pending messages first: a decode abort that already arrived must win over a WRITE.
-        self._service(0.0)
-        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob)
+        self._wrong_side("add_prefill", "prefill")
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
                    runs: list[Run], rid: str) -> None:
-        self._require("decode", "add_decode")
-        self._side.add_decode(int(room), bootstrap_host, int(bootstrap_port), runs, rid)
+        self._wrong_side("add_decode", "decode")
 
     def abort_unregistered(self, room: int, bootstrap_host: str, bootstrap_port: int,
                            message: str = "Aborted") -> None:
-        """Decode: the engine gave ``room`` up before ``add_decode``; the prefill stops it."""
-        self._require("decode", "abort_unregistered")
-        self._side.abort_unregistered(int(room), bootstrap_host, int(bootstrap_port), message)
+        self._wrong_side("abort_unregistered", "decode")
 
     def abort(self, room: int, message: str = "Aborted", invalid: bool = False) -> None:
         """``invalid`` (prefill): the request itself was refused, the client's error."""
@@ -190,23 +184,27 @@ class KVTransport:
         if self._closed:
             return
         self._closed = True
-        side = getattr(self, "_side", None)
-        if side is not None:
-            side.close()
-        if self._server is not None:
-            self._server.close()
-        if self._client is not None:
-            self._client.close()
+        if self._side is not None:
+            self._side.close()
+        channel = self._channel()
+        if channel is not None:
+            channel.close()
         self._ctx.term()
         self._nixl.close()
         logger.info("KV transport %s closed", self._nixl.name)
 
     # --- internals ----------------------------------------------------------------------------
-    def _require(self, role: str, call: str) -> None:
+    def _channel(self) -> BootstrapServer | BootstrapClient | None:
+        """The side channel: the prefill's bootstrap server, or the decode's client of them."""
+        raise NotImplementedError
+
+    def _require_open(self) -> None:
         if self._closed:
             raise RuntimeError("the KV transport is closed")
-        if self.role != role:
-            raise RuntimeError(f"{call} needs a {role} transport; this one is {self.role}")
+
+    def _wrong_side(self, call: str, role: str) -> None:
+        self._require_open()
+        raise RuntimeError(f"{call} needs a {role} transport; this one is {self.role}")
 
     def _wait_budget(self, end: float) -> float:
         now = time.monotonic()
@@ -227,25 +225,9 @@ class KVTransport:
         ready = self._poller.poll(math.ceil(wait_s * 1000) if wait_s > 0 else 0)
         if not ready:
             return
-        if self._server is not None:
-            messages, dropped = self._server.recv_all()
-            for identity, msg in messages:
-                self._side.on_message(identity, msg)
-            for identity in dropped:
-                self._side.on_disconnect(identity)
-        else:
-            messages, dropped = self._client.recv_all()
-            for endpoint, msg in messages:
-                self._side.on_message(endpoint, msg)
-            for endpoint in dropped:
-                self._side.on_disconnect(endpoint)
-
-
-def _warn_if_exposed(host: str, peering: Peering) -> None:
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback and not peering.secret:
-        logger.warning("KV bootstrap server listens on %s without a side-channel secret: any "
-                       "host that reaches it can register as a decode peer", host)
+        # Peers are ROUTER identities (prefill) or bootstrap endpoints (decode).
+        messages, dropped = self._channel().recv_all()
+        for peer, msg in messages:
+            self._side.on_message(peer, msg)
+        for peer in dropped:
+            self._side.on_disconnect(peer)

@@ -7,7 +7,12 @@ import time
 
 import pytest
 
-from components.engine.disagg.transport.events import KVArrived, RoomReleased, TransferFailed
+from components.engine.disagg.transport.events import (
+    FailureKind,
+    KVArrived,
+    RoomReleased,
+    TransferFailed,
+)
 from protocol.kv_side_channel import (
     Abort,
     AbortAck,
@@ -94,7 +99,7 @@ def test_decode_ends_a_room_the_prefill_refused_as_refused_with_its_message():
     side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
     side.on_message(("127.0.0.1", 5000),
                     Abort(room=7, agent_name="p", message="needs KV space", invalid=True))
-    assert events == [TransferFailed(7, "needs KV space", invalid=True), RoomReleased(7)]
+    assert events == [TransferFailed(7, "needs KV space", FailureKind.INVALID), RoomReleased(7)]
 
 
 def test_decode_rejects_bad_input():

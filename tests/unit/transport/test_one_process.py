@@ -106,6 +106,8 @@ def test_malformed_side_channel_messages_do_not_break_the_server(pair):
 def test_malformed_nixl_notification_is_dropped(pair):
     pre, dec = pair
     run_room(pre, dec, 15)  # prefill now knows the decode agent
+    # The prefill's own NIXL agent, reached privately: the garbage must come from a known peer,
+    # and the transport has (and needs) no public way to send raw notifications.
     pre.transport._nixl._agent.send_notif(dec.transport.agent_name, b"\x00garbage")
     run_room(pre, dec, 16)
     assert dec.events == [] and pre.events == []

@@ -1,0 +1,68 @@
+"""The project's CPU engine (components/engine/) behind `EngineBackend`."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from types import MappingProxyType
+from typing import Any
+
+from components.backends import cpu_flags
+from components.backends.limits import EngineLimits
+
+
+class CpuBackend:
+    name = "cpu"
+    kv_events_over_zmq = False  # the engine reports to an in-process listener
+
+    def add_flags(self, parser: argparse.ArgumentParser) -> None:
+        cpu_flags.add_cpu_engine_flags(parser)
+
+    def expand_argv(self, parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+        return argv
+
+    def engine_args(self, ns: argparse.Namespace) -> Any:
+        return MappingProxyType(cpu_flags.engine_kwargs(ns))
+
+    def tokenizer_worker_count(self, engine_args: Any) -> int:
+        return int(engine_args.get("tokenizer_worker_num", 1))
+
+    def build(self, engine_args: Any) -> Any:
+        from components.engine.api.engine import CpuEngine  # torch: only once chosen
+
+        return CpuEngine(**dict(engine_args))
+
+    def attach(self, parent_pid: int) -> Any:
+        from components.engine.api.engine import CpuEngine
+
+        return CpuEngine.attach_tokenizer_worker(parent_pid)
+
+    def limits(self, engine: Any) -> EngineLimits:
+        return EngineLimits(
+            context_length=int(engine.context_length),
+            max_total_num_tokens=int(engine.max_total_num_tokens),
+            max_running_requests=engine.max_running_requests,
+            page_size=int(engine.page_size),
+            max_num_batched_tokens=int(engine.server_args.max_prefill_tokens),
+        )
+
+    def local_ip(self) -> str:
+        return socket.gethostbyname(socket.gethostname())
+
+    async def warmup_prefill(self, engine: Any) -> None:
+        """Nothing to compile or allocate lazily."""
+
+    def abort_process_requests(self, engine: Any, prefix: str) -> None:
+        """The engine does so itself when the attached process's connection drops."""
+
+    def end_orphaned_requests(self, engine: Any, message: str) -> int:
+        return 0  # the attachment ends them itself when its connection drops
+
+    def requests_in_flight(self, engine: Any) -> int | None:
+        return engine.requests_in_flight()
+
+    def tracked_rids(self, engine: Any) -> list[str] | None:
+        return None
+
+    def scheduler_requests(self, engine: Any) -> int | None:
+        return None
