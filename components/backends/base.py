@@ -61,3 +61,7 @@ class EngineBackend(Protocol):
 
     def scheduler_requests(self, engine: Any) -> int | None:
         """Requests the engine's schedulers hold (every attached process's); None: unknown."""
+
+    def kv_used_blocks(self, engine: Any, page_size: int) -> dict[int, int] | None:
+        """KV blocks in use per DP rank, read from the engine's schedulers; None where the
+        engine pushes its load itself (or it is unreadable)."""

@@ -66,3 +66,6 @@ class CpuBackend:
 
     def scheduler_requests(self, engine: Any) -> int | None:
         return None
+
+    def kv_used_blocks(self, engine: Any, page_size: int) -> dict[int, int] | None:
+        return None  # the engine reports its load to its KV event listener itself

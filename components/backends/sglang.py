@@ -67,3 +67,9 @@ class SglangBackend:
 
     def scheduler_requests(self, engine: Any) -> int | None:
         return sglang_compat.sglang_scheduler_requests(engine)
+
+    def kv_used_blocks(self, engine: Any, page_size: int) -> dict[int, int] | None:
+        loads = sglang_compat.sglang_load_snapshots(engine)
+        if loads is None:
+            return None
+        return {int(load.dp_rank): -(-int(load.num_used_tokens) // page_size) for load in loads}

@@ -37,15 +37,18 @@ def sglang_tracked_rids(engine: Any, limit: int = 64) -> list[str] | None:
     return sorted(states)[:limit] if isinstance(states, dict) else None
 
 
-def sglang_scheduler_requests(engine: Any) -> int | None:
-    """Requests SGLang's schedulers hold, running or waiting, whichever process sent them (the
-    load snapshot each scheduler publishes, also when it turns idle); None where unreadable."""
+def sglang_load_snapshots(engine: Any) -> list[Any] | None:
+    """The load snapshot each of SGLang's schedulers (one per DP rank) publishes, also when it
+    turns idle (msgspec structs in shared memory); None where unreadable."""
     reader = getattr(engine.tokenizer_manager, "load_snapshot_reader", None)
     read_all = getattr(reader, "read_all", None)
-    if not callable(read_all):
-        return None
-    loads = read_all()
-    if not loads:
+    return (read_all() or None) if callable(read_all) else None
+
+
+def sglang_scheduler_requests(engine: Any) -> int | None:
+    """Requests SGLang's schedulers hold, running or waiting, whichever process sent them."""
+    loads = sglang_load_snapshots(engine)
+    if loads is None:
         return None
     return sum(int(load.num_running_reqs) + int(load.num_waiting_reqs) for load in loads)
 

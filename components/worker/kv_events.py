@@ -4,7 +4,9 @@ On with SGLang's `--kv-events-config` (a JSON object whose `publisher` is not "n
 Dynamo's own SGLang worker, which also marks the model card `kv_event_publishing_enabled`:
 - `--engine sglang`: SGLang's scheduler publishes BlockStored/BlockRemoved on the ZMQ
   `endpoint` of that config; a `KvEventPublisher` subscribes there and relays to Dynamo's event
-  plane (Dynamo's `dynamo.sglang.publisher` does the same; one scheduler, DP rank 0).
+  plane (Dynamo's `dynamo.sglang.publisher` does the same; one scheduler, DP rank 0); the
+  schedulers' load (KV blocks in use per DP rank) goes to a `WorkerMetricsPublisher`
+  (load_relay.py).
 - CPU engine: the engine reports its prefix cache's blocks and its load in-process
   (`components/engine/kv/events.py`), and `EngineKvRelay` hands them to a `KvEventPublisher`
   (manual mode) and a `WorkerMetricsPublisher`. The `endpoint` in the config is not used.
@@ -24,6 +26,7 @@ from urllib.parse import urlparse
 from dynamo.llm import KvEventPublisher, WorkerMetricsPublisher
 
 from components.backends.base import EngineBackend
+from components.worker.load_relay import LoadRelay
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +107,7 @@ class KvPublishing:
     def __init__(self) -> None:
         self._publisher: KvEventPublisher | None = None
         self._relay: EngineKvRelay | None = None
+        self._load: LoadRelay | None = None
 
     async def start(self, endpoint: Any, backend: EngineBackend, engine: Any, page_size: int,
                     kv_events_config: str, local_indexer: bool = False) -> None:
@@ -114,12 +118,13 @@ class KvPublishing:
             self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
                                                zmq_endpoint=zmq_endpoint, zmq_topic="",
                                                enable_local_indexer=local_indexer)
-            logger.info("relaying SGLang KV events from %s (block size %d)", zmq_endpoint,
-                        page_size)
+            metrics = await _load_publisher(endpoint)
+            self._load = LoadRelay(backend, engine, page_size, metrics)
+            self._load.start()
+            logger.info("relaying SGLang KV events from %s and its schedulers' load (block "
+                        "size %d)", zmq_endpoint, page_size)
             return
-        metrics = WorkerMetricsPublisher()
-        await metrics.create_endpoint(endpoint)
-        metrics.publish(0, kv_used_blocks=0)
+        metrics = await _load_publisher(endpoint)
         self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
                                            enable_local_indexer=local_indexer)
         self._relay = EngineKvRelay(self._publisher, metrics, page_size)
@@ -127,9 +132,20 @@ class KvPublishing:
         logger.info("publishing the CPU engine's KV events and load (block size %d)", page_size)
 
     def close(self) -> None:
+        if self._load is not None:
+            self._load.close()
+            self._load = None
         if self._relay is not None:
             self._relay.close()
             self._relay = None
         if self._publisher is not None:
             self._publisher.shutdown()
             self._publisher = None
+
+
+async def _load_publisher(endpoint: Any) -> WorkerMetricsPublisher:
+    """Dynamo's load publisher on the worker's endpoint, starting from an idle engine."""
+    metrics = WorkerMetricsPublisher()
+    await metrics.create_endpoint(endpoint)
+    metrics.publish(0, kv_used_blocks=0)
+    return metrics
