@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 REQS := requirements/base.txt requirements/sglang-cpu.txt requirements/constraints.txt pyproject.toml
 
-.PHONY: install etcd test test-fast fuzz demo bench models clean
+.PHONY: install etcd test test-fast fuzz demo bench aiperf models clean
 
 install: $(STAMP)
 
@@ -50,8 +50,19 @@ models: install
 demo: install
 	bash examples/demo.sh
 
-bench: install
+bench: install aiperf
 	bash benchmarks/run_all.sh
 
+# NVIDIA aiperf for benchmarks/bench_aiperf.py, in its own venv (requirements/aiperf.txt says why).
+AIPERF_VENV := .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed
+aiperf: $(AIPERF_STAMP)
+
+$(AIPERF_STAMP): requirements/aiperf.txt
+	test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install -q --upgrade pip
+	$(AIPERF_VENV)/bin/pip install -q -r requirements/aiperf.txt
+	touch $(AIPERF_STAMP)
+
 clean:
-	rm -rf $(VENV) .cache results
+	rm -rf $(VENV) $(AIPERF_VENV) .cache results

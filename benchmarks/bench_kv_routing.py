@@ -2,15 +2,20 @@
 `--router-mode round-robin`, side by side in one run.
 
     .venv/bin/python -m benchmarks.bench_kv_routing [--runs 3] [--prefixes 6] [--repeats 3]
+                                                   [--arms agg,disagg]
 
-Two stacks start together (`harness/kv_routing.py`): the real `dynamo.frontend` and two
-aggregated CPU-engine workers with KV events, on the `small` model; they differ only in the
-router mode. The workload: `--prefixes` long prefixes (`--prefix-tokens`), each sent
-`1 + --repeats` times with a fresh 16-token suffix, in a seeded shuffled order; each request goes
-to both stacks in turn, one request at a time (streaming /v1/completions, token-id prompts).
-The KV router sends a repeat to the worker that cached its prefix; round-robin alternates, so a
-prefix is prefilled in full on each worker. TTFT is the first streamed token's arrival; the
-workers' `/engine/prefix_cache` counters give the prompt tokens served from cache.
+Per arm, two stacks start together (`harness/kv_routing.py`), on the `small` model, the real
+`dynamo.frontend` and CPU-engine workers with KV events; they differ only in the router mode:
+- `agg`: two aggregated workers;
+- `disagg`: two prefill workers and one decode worker, frontend-orchestrated, so the router
+  mode picks the prefill worker (the frontend's prefill router).
+The workload: `--prefixes` long prefixes (`--prefix-tokens`), each sent `1 + --repeats` times
+with a fresh 16-token suffix, in a seeded shuffled order; each request goes to both stacks in
+turn, one request at a time (streaming /v1/completions, token-id prompts). The KV router sends a
+repeat to the worker that cached its prefix; round-robin alternates, so a prefix is prefilled in
+full on each worker. TTFT is the first streamed token's arrival; the (prefill) workers'
+`/engine/prefix_cache` counters give the prompt tokens served from cache. Each arm writes its
+own JSON: `bench_kv_routing` (agg), `bench_kv_routing_disagg`.
 """
 
 from __future__ import annotations
@@ -29,10 +34,19 @@ import httpx
 from benchmarks.common import (
     SMALL_MODEL, format_table, median, require_model, results_dir, write_json,
 )
-from harness.kv_routing import ROUTER_MODES, prefix_cache_stats, start_kv_routed, wait_ready
+from harness.kv_routing import (
+    ROUTER_MODES, prefix_cache_stats, start_kv_routed, start_kv_routed_disagg, wait_ready,
+    wait_ready_disagg,
+)
 
 SUFFIX = 16
 ENGINE_ARGS = ("--page-size", "16", "--context-length", "4096", "--log-level", "warning")
+# arm -> (start a stack without waiting, wait for it, JSON name, what serves)
+ARMS = {
+    "agg": (start_kv_routed, wait_ready, "bench_kv_routing", "2 aggregated workers"),
+    "disagg": (start_kv_routed_disagg, wait_ready_disagg, "bench_kv_routing_disagg",
+               "2 prefill + 1 decode workers, frontend-orchestrated"),
+}
 
 
 def ttft_ms(http: httpx.Client, url: str, served: str, ids: list[int]) -> float:
@@ -86,28 +100,18 @@ def one_run(stacks: dict, served: str, args: argparse.Namespace, vocab: int, see
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=SMALL_MODEL)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--prefixes", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=3, help="requests after a prefix's first")
-    parser.add_argument("--prefix-tokens", type=int, default=512)
-    parser.add_argument("--out", default=None, help="results directory")
-    args = parser.parse_args()
-    if args.model == SMALL_MODEL:
-        require_model(SMALL_MODEL, "small")
-    served = Path(args.model).name
-    vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
-    dirs = {m: Path(tempfile.mkdtemp(prefix=f"bench-kvroute-{m}-")) for m in ROUTER_MODES}
+def run_arm(arm: str, args: argparse.Namespace, served: str, vocab: int) -> list[dict]:
+    """Both router modes' stacks of `arm`, started together; one result per run."""
+    start, wait, _, _ = ARMS[arm]
+    dirs = {m: Path(tempfile.mkdtemp(prefix=f"bench-kvroute-{arm}-{m}-")) for m in ROUTER_MODES}
     stacks = {}
     failed = True
     try:
         for mode in ROUTER_MODES:  # both start before either is waited for
-            stacks[mode] = start_kv_routed(dirs[mode], str(args.model), served, mode,
-                                           ENGINE_ARGS, namespace=f"kvr{mode[:2]}", wait=False)
+            stacks[mode] = start(dirs[mode], str(args.model), served, mode, ENGINE_ARGS,
+                                 namespace=f"kvr{arm}{mode[:2]}", wait=False)
         for stack in stacks.values():
-            wait_ready(stack, served)
+            wait(stack, served)
         # Each run uses fresh prefixes, so every run starts from cold caches for its workload.
         runs = [one_run(stacks, served, args, vocab, seed) for seed in range(args.runs)]
         failed = False
@@ -119,21 +123,48 @@ def main() -> None:
                 print(f"logs kept in {d}")
             else:
                 shutil.rmtree(d, ignore_errors=True)
+    return runs
+
+
+def report(arm: str, args: argparse.Namespace, served: str, runs: list[dict]) -> None:
+    _, _, name, workers = ARMS[arm]
     res = {m: {k: median(r[m][k] for r in runs) for k in runs[0][m]} for m in ROUTER_MODES}
     headers = ["router mode", "first-of-prefix TTFT ms", "repeat TTFT p50 ms",
                "repeat TTFT mean ms", "prompt tokens from cache"]
     rows = [[m, res[m]["first_ms"], res[m]["repeat_ms"], res[m]["repeat_mean_ms"],
              res[m]["cached_tokens"]] for m in ROUTER_MODES]
     saved = res["round-robin"]["repeat_mean_ms"] - res["kv"]["repeat_mean_ms"]
-    print(f"KV routing vs round-robin, {served}, 2 workers, {args.prefixes} prefixes x "
+    print(f"KV routing vs round-robin, {served}, {workers}, {args.prefixes} prefixes x "
           f"{1 + args.repeats} requests of {args.prefix_tokens}+{SUFFIX} tokens, "
           f"median of {args.runs} runs")
     print(format_table(headers, rows))
     print(f"KV routing saves {saved:.1f} ms of mean TTFT per repeated-prefix request")
-    path = write_json(results_dir(args.out), "bench_kv_routing", {
-        "config": {**vars(args), "model": str(args.model)}, "runs": args.runs, "result": res,
-        "repeat_mean_ttft_saved_ms": saved, "table": {"headers": headers, "rows": rows}})
+    path = write_json(results_dir(args.out), name, {
+        "config": {**vars(args), "model": str(args.model), "arm": arm}, "runs": args.runs,
+        "result": res, "repeat_mean_ttft_saved_ms": saved,
+        "table": {"headers": headers, "rows": rows}})
     print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=SMALL_MODEL)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--prefixes", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3, help="requests after a prefix's first")
+    parser.add_argument("--prefix-tokens", type=int, default=512)
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: agg, disagg")
+    parser.add_argument("--out", default=None, help="results directory")
+    args = parser.parse_args()
+    arms = args.arms.split(",")
+    if unknown := set(arms) - set(ARMS):
+        parser.error(f"--arms: unknown {sorted(unknown)}; choose from {list(ARMS)}")
+    if args.model == SMALL_MODEL:
+        require_model(SMALL_MODEL, "small")
+    served = Path(args.model).name
+    vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
+    for arm in arms:  # one arm at a time: on 2 cores, two arms' stacks would disturb each other
+        report(arm, args, served, run_arm(arm, args, served, vocab))
 
 
 if __name__ == "__main__":

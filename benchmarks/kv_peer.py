@@ -1,7 +1,8 @@
 """The decode side of the KV transfer benchmark, in a child process (`harness/child.py`).
 
-Server: ``python -m benchmarks.kv_peer <max tokens> [<ucx error handling>]`` holds a KVTransport
-over a pool of the `small` model's geometry (UCX error handling as the parent's), sends
+Server: ``python -m benchmarks.kv_peer <max tokens> [<ucx error handling> [<pool layout>]]`` holds
+a KVTransport over a pool of the `small` model's geometry (UCX error handling and KVPool layout as
+the parent's), sends
 ``{"ready": true}``, then answers each command with one line:
 
     {"op": "register", "room": R, "tokens": T, "port": P} -> {"registered": R}
@@ -20,7 +21,7 @@ import queue
 
 import torch
 
-from components.engine.kv.pool import KVPool, PageRun
+from components.engine.kv.pool import DEFAULT_LAYOUT, KVPool, PageRun
 from components.engine.disagg.transport import KVArrived, KVTransport, Peering, TransferFailed
 from harness.child import ChildProcess, Message, ParentChannel
 
@@ -31,8 +32,9 @@ TIMEOUT_S = 30.0  # the transport's bootstrap and transfer bounds
 REPLY_TIMEOUT_S = TIMEOUT_S + 10.0  # a report waits for the transfer, bounded by TIMEOUT_S
 
 
-def make_pool(max_tokens: int) -> KVPool:
-    return KVPool(LAYERS, KV_HEADS, HEAD_DIM, max_tokens // PAGE_SIZE, PAGE_SIZE, torch.float32)
+def make_pool(max_tokens: int, layout: str = DEFAULT_LAYOUT) -> KVPool:
+    return KVPool(LAYERS, KV_HEADS, HEAD_DIM, max_tokens // PAGE_SIZE, PAGE_SIZE, torch.float32,
+                  layout)
 
 
 def region(pool: KVPool, run: PageRun, tokens: int) -> torch.Tensor:
@@ -42,10 +44,11 @@ def region(pool: KVPool, run: PageRun, tokens: int) -> torch.Tensor:
 
 # ---- server side -------------------------------------------------------------------------------
 class _DecodeSide:
-    def __init__(self, channel: ParentChannel, max_tokens: int, ucx_error_handling: str) -> None:
+    def __init__(self, channel: ParentChannel, max_tokens: int, ucx_error_handling: str,
+                 layout: str) -> None:
         self.channel = channel
-        self.pool = make_pool(max_tokens)
-        self.transport = KVTransport(self.pool.tensor, "decode", HOST, None, TIMEOUT_S, TIMEOUT_S,
+        self.pool = make_pool(max_tokens, layout)
+        self.transport = KVTransport(self.pool.storage, "decode", HOST, None, TIMEOUT_S, TIMEOUT_S,
                                      peering=Peering(ucx_error_handling=ucx_error_handling))
         self.held: dict[int, tuple[PageRun, int]] = {}
         self.ended: dict[int, str | None] = {}  # room -> None (arrived) or the failure
@@ -87,10 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="the KV benchmark's decode side, JSON lines")
     parser.add_argument("max_tokens", type=int)
     parser.add_argument("ucx_error_handling", nargs="?", default="none")
+    parser.add_argument("layout", nargs="?", default=DEFAULT_LAYOUT)
     args = parser.parse_args(argv)
     channel = ParentChannel()
     torch.set_num_threads(1)
-    side = _DecodeSide(channel, args.max_tokens, args.ucx_error_handling)
+    side = _DecodeSide(channel, args.max_tokens, args.ucx_error_handling, args.layout)
     channel.send({"ready": True})
     while not channel.closed:
         for cmd in channel.read_commands():
@@ -103,9 +107,10 @@ def main(argv: list[str] | None = None) -> None:
 class DecodePeer:
     """The decode side in a child process: one command, one reply, each wait bounded."""
 
-    def __init__(self, max_tokens: int, ucx_error_handling: str = "none") -> None:
+    def __init__(self, max_tokens: int, ucx_error_handling: str = "none",
+                 layout: str = DEFAULT_LAYOUT) -> None:
         self._replies: queue.Queue[Message | None] = queue.Queue()
-        self._child = ChildProcess.start(MODULE, [str(max_tokens), ucx_error_handling],
+        self._child = ChildProcess.start(MODULE, [str(max_tokens), ucx_error_handling, layout],
                                          self._replies.put)
 
     def call(self, **cmd) -> Message:

@@ -1,5 +1,5 @@
-"""A process that does nothing but run an asyncio loop with the worker's loop-lag ticker
-(components/worker/loop_lag.py): what the operating system alone gives an idle event loop while the
+"""A process that does nothing but run an asyncio loop with the worker's loop-lag sampler
+(components/worker/loop_lag.py), always sampling: what the operating system alone gives an idle event loop while the
 machine is loaded. A benchmark starts it, writes `mark` lines to its stdin and reads back, for
 each, the largest lag (ms) since the previous mark.
 
@@ -38,6 +38,7 @@ async def serve() -> None:
     loop, worst = asyncio.get_running_loop(), [0.0]
     lines: asyncio.Queue = asyncio.Queue()
     monitor = LoopLagMonitor(lambda lag: worst.__setitem__(0, max(worst[0], lag)))
+    monitor.request_started()  # a probe, not a worker: sample as a busy worker does
     monitor.start()
 
     def read() -> None:  # stdin on a thread: the loop itself only ticks

@@ -35,6 +35,14 @@ turn, one at a time. TTFT is the first streamed token at the client; "prompt tok
 sums the workers' `/engine/prefix_cache` hit counters.
 """
 
+KV_ROUTING_DISAGG = """\
+`benchmarks/bench_kv_routing.py` (`--arms disagg`): the same workload and method on the
+disaggregated stack, frontend-orchestrated: each stack is the real `dynamo.frontend`, two prefill
+workers publishing KV events and one decode worker (no prefix cache, publishes nothing), `small`
+model, CPU engine. The router mode decides which prefill worker computes a prompt (the
+frontend's prefill router); "prompt tokens from cache" sums the prefill workers' hit counters.
+"""
+
 LOGPROBS = """\
 `python -m benchmarks.bench_logprobs`: what logprobs cost the CPU engine. A batch of 16 rows
 (128-token prompts, 64 new tokens each) decodes with `top_logprobs_num` 5 on every row and

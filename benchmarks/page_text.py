@@ -1,6 +1,9 @@
 """The prose of docs/benchmarks.md; benchmarks/summary.py adds the generated tables and ratios."""
 
-from benchmarks.page_features import CHOICES, CONSTRAINED, KV_ROUTING, LOGPROBS, PREFIX_CACHE
+from benchmarks.page_aiperf import AIPERF
+from benchmarks.page_features import (
+    CHOICES, CONSTRAINED, KV_ROUTING, KV_ROUTING_DISAGG, LOGPROBS, PREFIX_CACHE,
+)
 
 
 INTRO = """\
@@ -25,8 +28,8 @@ from seed 0. KV cache: 16 KiB per token.
 **Commands.**
 
 ```bash
-make bench                                  # = bash benchmarks/run_all.sh: everything, ~18 min
-bash benchmarks/run_all.sh --quick          # smoke run (~3 min, 1 repetition, smaller sizes)
+make bench                                  # = bash benchmarks/run_all.sh: everything, ~25 min
+bash benchmarks/run_all.sh --quick          # smoke run (~6 min, 1 repetition, smaller sizes)
 bash benchmarks/run_all.sh --publish        # full run, then copy PNG + JSON here (docs/bench/)
 python -m benchmarks.summary --docs docs/benchmarks.md   # regenerate this page from docs/bench/
 ```
@@ -96,33 +99,48 @@ KV = """\
 `python -m benchmarks.bench_kv_transfer` — the engine's KV transport (`KVTransport`, NIXL WRITE
 over UCX between two processes, the decode side registered first) against a same-process
 `torch` `copy_` of the same bytes with one thread, at the KV sizes of 128- to 4,096-token prompts
-on the `small` model (16 KiB per token, 64 runs per request, laid out as the engine's KV pool).
+on the `small` model (16 KiB per token). Three arms, interleaved round by round, each with its
+own pools, transport and decode process (`--arms LAYOUT:CMA_SEG_SIZE`): **head:512k**, the
+engine's head-major pool (64 runs per request: layer, K/V, KV head) under UCX's default 512 KiB
+`cma` segments (before); **head:1g**, the same pool as the engine now creates its UCX backend;
+**token:1g**, a token-major pool, where a request's whole KV is one run, so one descriptor.
 The NIXL time includes building descriptors, posting the WRITE and polling it to completion; the
-data is verified on the decode side. A third arm times the kernel's cross-process copy
-(`process_vm_writev`, pointed at this process) of the same runs: on one host UCX moves the WRITE
-with exactly that call (its `cma` transport; tcp carries only the notification), so it is the
-bound NIXL can reach here. Both pools sit on transparent huge pages, as the engine's does.
+data is verified on the decode side. "paired" is the median of each round's NIXL / copy_ (the
+arms run back to back), steadier than the ratio of medians while other jobs load the machine.
+The kernel arms time `process_vm_writev` (pointed at this process) of the same runs, in one call
+and one call per run: on one host UCX moves a WRITE with exactly that call (its `cma` transport;
+tcp carries only the notification). Both pools sit on transparent huge pages, as the engine's do.
 
-Where a WRITE's time goes (timestamps around each NIXL call in two processes, `strace`,
-`UCX_PROTO_INFO=y`): UCX picks `cma` zero-copy puts at every size and makes **one
-`process_vm_writev` per NIXL descriptor**, inside `transfer()`: 64 calls of one iovec for a
-request of this layout (one run per layer, K/V and KV head). So the fourth arm, **kernel copy
-per run** (the same 64 calls, timed here), is the real bound; it costs 0.1-0.25 ms more than
-one call with 64 iovecs and is itself 0.75-0.94x `copy_` from 8 MiB, so 0.8x `copy_` at 8 MiB is
-out of reach for this layout. NIXL stays 0.3-0.5 ms above that bound at every size, none of it
-waiting: at 8 MiB (timers around each call, medians) NIXL's two descriptor lists and transfer
-handle take 0.09 ms, the engine's run checks, pairing and notification 0.07 ms, the side
-channel's `Written` wake-up (see the TTFT section) 0.05-0.15 ms, the completion poll 0.06 ms.
-Neither `NIXL_UCX_SGL_ENABLE=1` (one scatter-gather put) nor a decode that polls without pause
-moved it. What did matter is NIXL's UCX error handling: under its default (`peer`) a WRITE's
-flush completes only after the *decode* has progressed UCX (a decode that never polls leaves the
-WRITE unfinished for good), and NIXL sends the notification only after the flush. The engine
-runs `ucx_error_handling_mode=none` (`--cpu-kv-ucx-error-handling`, the same on both sides):
-data, flush and notification complete inside the posting call, and the first WRITE to a peer
-fell from 13.7-14.7 ms to 0.7-0.8 ms (`--ucx-error-handling peer` vs `none`, two back-to-back
-pairs of runs). The steady-state rows barely move here because this benchmark's decode polls
-every 1 ms during the copy; a decode busy with a forward would hold a `peer` WRITE until its
-step ends.
+Where a WRITE's time goes (`strace` of the prefill, timers around each call): UCX makes one
+`process_vm_writev` per **512 KiB segment** of each descriptor (`UCX_CMA_SEG_SIZE`; 16 calls for
+an 8 MiB descriptor, 64 for a 64-run room). The engine now creates the backend with
+`CMA_SEG_SIZE=1g` (NIXL's `engine_config`): one call per descriptor, which moves the
+head-major pool only where its runs exceed 512 KiB (64 MiB: 0.4-0.7 ms less per WRITE); with a
+token-major pool one call per WRITE (strace: one 8 MiB call), 0.5-0.7 ms less at 8 MiB (1.15-1.57
+against 1.83-2.10 ms, three runs). Neither reaches 0.9x `copy_`, for two reasons measured in the
+same rounds: the kernel copy itself, one call, runs at 0.66-0.89x `copy_` at 8 MiB (it pins the
+destination's pages and copies across address spaces), and a one-descriptor WRITE spends
+0.23-0.36 ms more than that call (NIXL's descriptor lists and transfer handle 0.1 ms, the side
+channel's `Written` wake-up 0.1-0.2 ms, the engine's run checks, pairing, notification and
+completion poll), when 0.9x at 8 MiB (`copy_` 0.8-0.9 ms) leaves at most 0.1 ms beyond a copy
+as fast as `copy_`. The head-major pool stays the engine's: its token-major twin slows decode
+attention 1.2-1.4x (`python -m benchmarks.bench_kv_layout_attention`, the engine's attention
+function, interleaved: batch 1 at 2,000 tokens of context 1.43x, batch 16 at 128 tokens 1.16x,
+at 1,024 tokens 1.20x), paid every decode step, against 0.5-0.7 ms once per request. Neither
+`NIXL_UCX_SGL_ENABLE=1` (one scatter-gather put) nor a decode that polls without pause moved
+the WRITE. What did matter is NIXL's UCX error
+handling: under its default (`peer`) a WRITE's flush completes only after the *decode* has
+progressed UCX (a decode that never polls leaves the WRITE unfinished for good), and NIXL sends
+the notification only after the flush. The engine runs `ucx_error_handling_mode=none`
+(`--cpu-kv-ucx-error-handling`, the same on both sides): data, flush and notification complete
+inside the posting call, and the first WRITE to a peer fell from 13.7-14.7 ms to 0.7-0.8 ms
+(`--ucx-error-handling peer` vs `none`, two back-to-back pairs of runs).
+
+Spread over three runs (2026-12-03, `python -m benchmarks.bench_kv_transfer --runs 7`, load
+average 1.1-1.9 at start while other jobs shared the machine; the table below is the third),
+paired NIXL / copy_ at 8, 16, 32, 64 MiB: head:512k 0.46-0.60, 0.55-0.61, 0.60-0.73, 0.66-0.70;
+head:1g 0.44-0.48, 0.56-0.60, 0.64-0.72, 0.70-0.87; token:1g 0.48-0.62, 0.50-0.66, 0.68-0.84,
+0.72-0.75. The same head:512k arm gave 0.72x at 8 MiB on 2026-12-01 on a quieter machine.
 """
 
 TTFT = """\
@@ -193,9 +211,9 @@ frontend, arms interleaved. Throughput: 16 concurrent chat streams (128-512-toke
 output tokens). Stall: four short streams keep flowing while one 64k-token chat is templated and
 tokenized (then refused as longer than the context); the largest and p99 gap between their tokens
 over that window, and each worker process's own event-loop lag over it, read from its `/metrics`
-histogram (`dynamo_component_engine_event_loop_lag_seconds`, a 5 ms ticker; the figure is the
+histogram (`dynamo_component_engine_event_loop_lag_seconds`, sampled every 50-150 ms while streams run; the figure is the
 smallest bucket holding every wake-up). "Idle loop lag" is a process that runs nothing but the
-same ticker on an asyncio loop (`benchmarks/lag_probe.py`), measured over the same window: what
+same sampler on an asyncio loop (`benchmarks/lag_probe.py`), measured over the same window: what
 the loaded machine gives any event loop. "Streams only" is the workers' largest lag over 0.3 s
 with the four short streams alone, just before the long chat: the reference for what tokenizing
 adds.
@@ -209,12 +227,24 @@ decode worker calling its prefill worker itself (docs/architecture.md, "Two ways
 disaggregate"). Same workload and model as the first table.
 """
 
+IDLE_CPU = """\
+`python -m benchmarks.bench_idle_cpu`: each worker registered behind its own frontend, probed
+with one request, then left alone; the CPU its own process (event loop, Dynamo's runtime
+threads, the CPU engine's thread) and its whole process tree use, in cores, over a 20 s window.
+`sglang` and `dynamo-sglang` have SGLang's scheduler and detokenizer processes as children (on
+SGLang's CPU path its scheduler polls while idle); `floor` is the Python worker that only streams
+(its shared step clock keeps ticking while idle). The worker samples its loop lag only while
+requests are in flight (`components/worker/loop_lag.py`).
+"""
+
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
     ("serving_styles", "Disaggregation orchestrated by the frontend vs by the decode worker",
      SERVING_STYLES),
     ("token_cpu", "CPU per output token, by process and thread", TOKEN_CPU),
+    ("idle_cpu", "What an idle worker costs", IDLE_CPU),
+    ("bench_aiperf", "aiperf: this worker vs Dynamo 1.6.1's dynamo.sglang", AIPERF),
     ("stream_overhead", "Streaming overhead of the decode handler", STREAM),
     ("preprocess_loop", "Event-loop responsiveness during framework tokenization", PREPROCESS),
     ("tokenizer_workers", "Tokenizer worker processes (`--tokenizer-worker-num`)",
@@ -229,6 +259,8 @@ SECTIONS = [
     ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",
      PREFIX_CACHE),
     ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),
+    ("bench_kv_routing_disagg", "KV-aware routing vs round-robin, disaggregated: which prefill "
+     "worker (TTFT)", KV_ROUTING_DISAGG),
 ]
 
 FOOTER = """\

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 18 minutes on 2 idle cores.
-#
+# tables are collected in results/summary.md. About 25 minutes on 2 idle cores (bench_aiperf
+# about 6 of them; BENCH_AIPERF_REQUESTS sizes it: measured requests per aiperf run).
 #   bash benchmarks/run_all.sh             # the full run
-#   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~3 minutes)
+#   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~6 minutes)
 #   bash benchmarks/run_all.sh --publish   # full run, then copy PNG + JSON to docs/bench/ and
 #                                          # regenerate docs/benchmarks.md from them
 set -Eeuo pipefail
@@ -42,8 +42,11 @@ if [[ $QUICK == 1 ]]; then
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
     SERVING_STYLES_ARGS=(--quick --tag styles --arms disagg,disagg-decode)
     TOKEN_CPU_ARGS=(--quick)
+    IDLE_ARGS=(--window 5 --arms cpu,floor)
     PREFIX_ARGS=(--runs 1)
     KV_ROUTING_ARGS=(--runs 1 --prefixes 4)
+    # aiperf's size knob: measured requests per aiperf run (BENCH_AIPERF_REQUESTS).
+    AIPERF_ARGS=(--runs 1 --requests "${BENCH_AIPERF_REQUESTS:-16}")
 else
     STREAM_ARGS=(--runs 5)
     PREPROCESS_ARGS=(--runs 5)
@@ -61,8 +64,10 @@ else
     # Frontend- vs decode-orchestrated disaggregation (docs/architecture.md).
     SERVING_STYLES_ARGS=(--runs 3 --tag styles --arms disagg,disagg-decode --concurrency 1,16)
     TOKEN_CPU_ARGS=(--runs 3)
+    IDLE_ARGS=(--window 20)
     PREFIX_ARGS=(--runs 3)
     KV_ROUTING_ARGS=(--runs 3)
+    AIPERF_ARGS=(--runs 3 --requests "${BENCH_AIPERF_REQUESTS:-64}")
 fi
 
 failed=()
@@ -86,6 +91,9 @@ run bench_kv_transfer bench_kv_transfer "${KV_ARGS[@]}"
 run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
 run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run token_cpu bench_token_cpu "${TOKEN_CPU_ARGS[@]}"
+run idle_cpu bench_idle_cpu "${IDLE_ARGS[@]}"
+# NVIDIA aiperf against this worker and Dynamo 1.6.1's dynamo.sglang (`make aiperf` installs it).
+run bench_aiperf bench_aiperf "${AIPERF_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run serving_styles bench_serving "${SERVING_STYLES_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
@@ -95,6 +103,7 @@ run bench_choices bench_choices "${CHOICES_ARGS[@]}"
 run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"
 run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
 run bench_prefix_cache bench_prefix_cache "${PREFIX_ARGS[@]}"
+# Both arms, aggregated and disaggregated (bench_kv_routing.json, bench_kv_routing_disagg.json).
 run bench_kv_routing bench_kv_routing "${KV_ROUTING_ARGS[@]}"
 
 "$PY" -m benchmarks.summary --out "$OUT" > "$OUT/summary.md"

@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks import goals
+from benchmarks import aiperf_report, goals
+from benchmarks.kv_transfer_report import kv_transfer_lines
 from benchmarks.common import REPO_ROOT, fmt, format_table, results_dir
 from benchmarks.page_text import FOOTER, INTRO, SECTIONS
 
@@ -35,11 +36,13 @@ def table_of(name: str, data: dict) -> str:
             )
         return text
     if name == "bench_kv_transfer":
-        headers = ["prompt tokens", "KV MiB", "NIXL ms", "NIXL GB/s", "copy_ ms", "copy_ GB/s",
-                   "NIXL / copy_", "kernel copy GB/s", "NIXL / kernel copy",
-                   "kernel copy per run ms", "NIXL / kernel copy per run"]
-        keys = ["tokens", "mib", "nixl_ms", "nixl_gbs", "copy_ms", "copy_gbs", "nixl_vs_copy",
-                "kernel_gbs", "nixl_vs_kernel", "kernel_runs_ms", "nixl_vs_kernel_runs"]
+        headers = ["layout:cma segment", "prompt tokens", "KV MiB", "descriptors", "NIXL ms",
+                   "NIXL GB/s", "copy_ ms", "copy_ GB/s", "NIXL / copy_", "paired",
+                   "kernel copy GB/s", "NIXL / kernel copy", "kernel copy per run ms",
+                   "NIXL / kernel copy per run"]
+        keys = ["arm", "tokens", "mib", "descriptors", "nixl_ms", "nixl_gbs", "copy_ms",
+                "copy_gbs", "nixl_vs_copy", "nixl_vs_copy_paired", "kernel_gbs",
+                "nixl_vs_kernel", "kernel_runs_ms", "nixl_vs_kernel_runs"]
         return format_table(headers, [[r.get(k) for k in keys] for r in data["rows"]])
     if name == "bench_engine":
         rows = [[f"prefill {n} tokens", "tok/s", v] for n, v in data["prefill"].items()]
@@ -101,27 +104,7 @@ def headline(name: str, data: dict) -> list[str]:
             + ("yes" if data.get("ids_identical") else "**NO**"),
         ]
     if name == "bench_kv_transfer":
-        ratios = [r["nixl_vs_copy"] for r in data["rows"]]
-        lines = [
-            f"NIXL bandwidth / same-process copy bandwidth: **{fmt(min(ratios))}x to "
-            f"{fmt(max(ratios))}x**; first transfer (UCX wire-up) "
-            f"{fmt(data['first_transfer_ms'])} ms"
-        ]
-        big = [r for r in data["rows"] if r["mib"] >= 8 and "kernel_gbs" in r]
-        if big:
-            lines.append(
-                "from 8 MiB: NIXL / copy_ " + ", ".join(fmt(r["nixl_vs_copy"]) for r in big)
-                + "; the kernel's cross-process copy (`process_vm_writev`, what UCX `cma` "
-                "runs) / copy_ " + ", ".join(fmt(r["kernel_vs_copy"]) for r in big)
-                + ": NIXL / that bound " + ", ".join(fmt(r["nixl_vs_kernel"]) for r in big))
-        if big and "kernel_runs_gbs" in big[0]:
-            lines.append(
-                "from 8 MiB, against the same kernel copy made one call per run as UCX `cma` "
-                "makes it (one per NIXL descriptor, 64 per request): that bound / copy_ "
-                + ", ".join(fmt(r["kernel_runs_vs_copy"]) for r in big)
-                + "; NIXL / that bound " + ", ".join(fmt(r["nixl_vs_kernel_runs"]) for r in big)
-                + f" (UCX error handling {data.get('ucx_error_handling', 'peer')})")
-        return lines
+        return kv_transfer_lines(data)
     if name == "disagg_ttft":
         lines = [
             f"{n} tokens: disaggregated TTFT **{fmt(m['ttft_ratio'])}x** aggregated "
@@ -159,9 +142,16 @@ def headline(name: str, data: dict) -> list[str]:
         return [f"N=2 / N=1: **{fmt(data['speedup'])}x** Text-mode tok/s at concurrency 16; "
                 f"largest token gap during the 64k chat {fmt(med['N=1']['max_gap_ms'], 0)} ms "
                 f"(N=1) vs {fmt(med['N=2']['max_gap_ms'], 0)} ms (N=2)"]
+    if name.startswith("bench_kv_routing") and "repeat_mean_ttft_saved_ms" in data:
+        res = data["result"]
+        return [f"repeated-prefix TTFT mean, round-robin / kv: "
+                f"**{fmt(res['round-robin']['repeat_mean_ms'] / res['kv']['repeat_mean_ms'])}x** "
+                f"({fmt(data['repeat_mean_ttft_saved_ms'], 0)} ms saved per request)"]
     if name == "bench_logprobs":
         return [f"with top-{data['top_logprobs_num']} logprobs / without: "
                 f"**{fmt(data['ratio'], 3)}x** decode tok/s at batch {data['batch']}"]
+    if name == "bench_aiperf":
+        return aiperf_report.headline(data)
     if name == "bench_choices":
         return [
             f"one request with n={data['config']['n']} / {data['config']['n']} single requests: "
@@ -186,6 +176,15 @@ def workload_of(name: str, data: dict) -> str:
         )
     if name == "preprocess_loop":
         return f"; {cfg.get('tokens'):,}-token chat"
+    if name == "bench_aiperf":
+        return aiperf_report.workload(data)
+    if name.startswith("bench_kv_routing"):
+        load = (data.get("machine") or {}).get("loadavg_1m_at_start", "?")
+        return (f"; {cfg.get('prefixes')} prefixes x {1 + cfg.get('repeats', 0)} requests of "
+                f"{cfg.get('prefix_tokens')}+16 tokens, load average {load} at start; "
+                f"`python -m benchmarks.bench_kv_routing --arms {cfg.get('arm', 'agg')} "
+                f"--runs {runs_of(data)} --prefixes {cfg.get('prefixes')} "
+                f"--repeats {cfg.get('repeats')}`")
     return ""
 
 

@@ -29,7 +29,7 @@ from handlers.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
 from handlers.prefill_handoff import PrefillHandoff
-from handlers.priority import priority_kwargs
+from handlers.routing import routing_kwargs
 from handlers.preprocess import Preprocessor
 from handlers.sampling import text_sampling_params, tokens_sampling_params
 from handlers.template_kwargs import check_template_kwargs
@@ -66,7 +66,7 @@ class _Job:
     prefill_request: PreprocessedRequest
     stream: Union[TokenStream, ChatStream]
     boot: Optional[BootstrapInfo] = None  # the frontend's, when it orchestrates
-    # the engine's return_logprob, top_logprobs_num, ... and priority (routing.priority)
+    # the engine's return_logprob, top_logprobs_num, ... and the routing hints (handlers/routing.py)
     logprob_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -158,7 +158,7 @@ class DecodeHandler(BaseHandler):
         )
         return _Job(req.token_ids, params, req, TokenStream(req.output_options),
                     logprob_kwargs={**tokens_logprob_kwargs(req.output_options),
-                                    **priority_kwargs(req.routing)})
+                                    **routing_kwargs(req.routing, self.config.disaggregated)})
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)

@@ -27,7 +27,7 @@ from handlers.guard import END, RequestGuard, Stopped, next_item
 from handlers.health import HEALTH_CHECK_KEY
 from handlers.live import new_rid
 from handlers.logprobs import tokens_logprob_kwargs
-from handlers.priority import priority_kwargs
+from handlers.routing import routing_kwargs
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
 from protocol.limits import MAX_BOOTSTRAP_ROOM
@@ -137,20 +137,24 @@ class PrefillHandler(BaseHandler):
 
     def _leg(self, request: Any, from_frontend: bool
              ) -> tuple[list[int], dict, BootstrapInfo, dict[str, Any]]:
-        """Ids, sampling params, the room and the engine kwargs (logprobs, routing.priority) for
+        """Ids, sampling params, the room and the engine kwargs (logprobs, routing hints) for
         either request shape. The
         first token is sampled here: its logprobs, when asked for, go to decode with the KV."""
         if from_frontend:
             ids, params, opts = prefill_leg(request)
             boot = request_bootstrap(request, required=False)
-            routing = request.get("routing")
+            routing = routing_kwargs(request.get("routing"))
         else:
             try:
                 req = parse(DisaggPreprocessedRequest, request)
             except ProtocolError as exc:
                 raise RequestError(str(exc)) from None
             ids, boot, opts = req.request.token_ids, None, req.request.output_options
-            routing = req.request.routing
+            # The inner request's routing chose the decode's rank: keep its priority only.
+            routing = {k: v for k, v in routing_kwargs(req.request.routing).items()
+                       if k == "priority"}
+            if req.data_parallel_rank is not None:
+                routing["routed_dp_rank"] = req.data_parallel_rank
             # One room per request: the engine computes one sequence for it.
             params = dict(req.sampling_params)
             if "n" in params:
@@ -159,7 +163,7 @@ class PrefillHandler(BaseHandler):
             boot = BootstrapInfo(bootstrap_host=self.config.bootstrap_host,
                                  bootstrap_port=self.config.bootstrap_port,
                                  bootstrap_room=new_room())
-        return ids, params, boot, {**tokens_logprob_kwargs(opts), **priority_kwargs(routing)}
+        return ids, params, boot, {**tokens_logprob_kwargs(opts), **routing}
 
     async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard,
                     gone: "Optional[asyncio.Future[RoomEnd]]") -> PrefillDone:

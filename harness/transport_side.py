@@ -33,7 +33,7 @@ class TransportSide:
 
     def __init__(self, role: str, bootstrap_timeout: float, transfer_timeout: float) -> None:
         self.pool = KVPool(LAYERS, KV_HEADS, HEAD_DIM, PAGES, PAGE_SIZE, torch.float32)
-        self.transport = KVTransport(self.pool.tensor, role, "127.0.0.1", None,
+        self.transport = KVTransport(self.pool.storage, role, "127.0.0.1", None,
                                      bootstrap_timeout, transfer_timeout)
         self.role = role
         self.held: dict[int, tuple[PageRun, int]] = {}

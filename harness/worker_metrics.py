@@ -25,6 +25,13 @@ def scrape(port: int, host: str = HOST) -> Samples:
     return out
 
 
+def series(port: int, name: str, host: str = HOST) -> list[dict]:
+    """Each sample named `name` on the page: its labels, with its value under "value"."""
+    text = httpx.get(f"http://{host}:{port}/metrics", timeout=5).text
+    return [{**s.labels, "value": s.value} for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == name]
+
+
 def attached_pids(pid: int) -> list[int]:
     """The attached workers among `pid`'s children (SGLang also spawns its scheduler and
     detokenizer, and renames processes): those started with the engine's pid in their env."""

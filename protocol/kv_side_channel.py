@@ -20,8 +20,10 @@ Prefill -> decode (ROUTER -> DEALER):
   ``Written``   the room's WRITE is DONE: a wake-up only, so decode reads the NIXL notification
                 now rather than at the end of its poll slice (the notification stays the signal).
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
-  ``KVNotif``   ``{room, first_token, logprob?}``: ``logprob`` only when the request asked for
-                logprobs (the first token's, and its top alternatives, as ``FirstLogprob``).
+  ``KVNotif``   ``{room, first_token, logprob?, cached_tokens?}``: ``logprob`` only when the
+                request asked for logprobs (the first token's, and its top alternatives, as
+                ``FirstLogprob``); ``cached_tokens`` only when the prefill's cache served some
+                of the prompt.
 
 Every decode uses ``msgspec.msgpack.Decoder(type=...)`` after a size check: a message too big or
 of the wrong shape is dropped by the receiver. The bounds below are what a hostile peer can make
@@ -68,10 +70,13 @@ class KVLayout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     head_dim: Count
     page_size: Count
     model_id: Annotated[str, msgspec.Meta(max_length=512)]
+    # The pool's storage order (KVPool's ``layout``): the runs of a room are listed in it.
+    order: Annotated[str, msgspec.Meta(max_length=16)] = "head"
 
     def describe(self) -> str:
         return (f"{self.model_id} {self.dtype} layers={self.num_layers} "
-                f"kv_heads={self.num_kv_heads} head_dim={self.head_dim} page={self.page_size}")
+                f"kv_heads={self.num_kv_heads} head_dim={self.head_dim} page={self.page_size} "
+                f"{self.order}-major")
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True,
@@ -140,10 +145,14 @@ class FirstLogprob(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_
 
 
 class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    # omit_defaults: without logprobs the notification is the same bytes as before they existed
+    # omit_defaults: without logprobs or a cache hit the notification is the same bytes as
+    # before they existed
     room: Room
     first_token: TokenId
     logprob: FirstLogprob | None = None
+    # Prompt tokens the prefill served from its prefix cache: the decode reports them in its
+    # usage, as SGLang's decode reports its prefill's (the decode clamps it to the prompt).
+    cached_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] = 0
 
 
 ToPrefill = Union[Hello, Register, Abort]

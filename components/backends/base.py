@@ -12,6 +12,7 @@ import argparse
 from typing import Any, Protocol
 
 from components.backends.limits import EngineLimits
+from components.backends.load import KvLoad
 
 
 class EngineBackend(Protocol):
@@ -19,6 +20,9 @@ class EngineBackend(Protocol):
     # The engine publishes its KV events on the ZMQ endpoint of --kv-events-config (SGLang's
     # scheduler), rather than through an in-process listener (the CPU engine).
     kv_events_over_zmq: bool
+    # The engine writes SGLang's `sglang:*` metrics itself (SGLang, with --enable-metrics); the
+    # worker derives them from the engine's read-outs otherwise (the CPU engine).
+    own_sglang_metrics: bool
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         """The engine's flags, with SGLang's names and meanings."""
@@ -62,6 +66,13 @@ class EngineBackend(Protocol):
     def scheduler_requests(self, engine: Any) -> int | None:
         """Requests the engine's schedulers hold (every attached process's); None: unknown."""
 
+    def kv_event_dp_ranks(self, engine: Any) -> range:
+        """The DP ranks whose KV events this worker relays (those on its node)."""
+
     def kv_used_blocks(self, engine: Any, page_size: int) -> dict[int, int] | None:
         """KV blocks in use per DP rank, read from the engine's schedulers; None where the
         engine pushes its load itself (or it is unreadable)."""
+
+    def kv_load(self, engine: Any, page_size: int) -> list[KvLoad] | None:
+        """Each DP rank's KV pool size, usage and prefix-cache hit rate (Dynamo's component
+        gauges); None where unreadable (an attached process, an engine not started)."""

@@ -9,11 +9,13 @@ from typing import Any
 
 from components.backends import cpu_flags
 from components.backends.limits import EngineLimits
+from components.backends.load import KvLoad
 
 
 class CpuBackend:
     name = "cpu"
     kv_events_over_zmq = False  # the engine reports to an in-process listener
+    own_sglang_metrics = False  # the worker reads `sglang:*` values from the engine
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         cpu_flags.add_cpu_engine_flags(parser)
@@ -67,5 +69,16 @@ class CpuBackend:
     def scheduler_requests(self, engine: Any) -> int | None:
         return None
 
+    def kv_event_dp_ranks(self, engine: Any) -> range:
+        return range(1)  # one engine, no data parallelism
+
     def kv_used_blocks(self, engine: Any, page_size: int) -> dict[int, int] | None:
         return None  # the engine reports its load to its KV event listener itself
+
+    def kv_load(self, engine: Any, page_size: int) -> list[KvLoad] | None:
+        if not callable(getattr(engine, "request_totals", None)):
+            return None  # an attached process: the engine process reports its engine
+        total, totals = engine.kv_pages_total(), engine.request_totals()
+        hit = totals.cached_tokens / totals.prompt_tokens if totals.prompt_tokens else 0.0
+        return [KvLoad(dp_rank=0, total_blocks=total, hit_rate=hit,
+                       usage=engine.kv_pages_in_use() / total if total else 0.0)]

@@ -23,6 +23,12 @@ class EngineLimits:
     # Prompt tokens one forward takes (SGLang's --max-prefill-tokens), advertised as Dynamo
     # 1.6.1 does; None: not advertised.
     max_num_batched_tokens: int | None = None
+    # Data-parallel ranks the router may pick (`routing.dp_rank`), registered as Dynamo 1.6.1
+    # does (`data_parallel_start_rank` 0, `data_parallel_size`: SGLang's --dp-size).
+    dp_size: int = 1
+    # EAGLE-family speculative decoding: the router aligns its block hashes to SGLang's bigram
+    # keys only when the card says `enable_eagle` (1.6.1 derives it the same way).
+    enable_eagle: bool = False
 
     @property
     def request_token_limit(self) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from components.backends import sglang_compat
 from components.backends.limits import EngineLimits
+from components.backends.load import KvLoad, blocks
 
 
 def _engine_module() -> Any:
@@ -17,9 +18,23 @@ def _engine_module() -> Any:
     return sglang_engine
 
 
+def local_dp_ranks(server_args: Any) -> range:
+    """The DP ranks whose schedulers run on this node, each with its own KV cache and KV event
+    port (Dynamo 1.6.1's `capacity.local_dp_rank_bounds`): every rank of `--dp-size` (pure DP
+    is single-node in SGLang), or with DP attention across `--nnodes` this node's slice."""
+    dp_size = int(getattr(server_args, "dp_size", 1) or 1)
+    nnodes = int(getattr(server_args, "nnodes", 1) or 1)
+    if not getattr(server_args, "enable_dp_attention", False) or dp_size == 1:
+        return range(dp_size)
+    local = dp_size // nnodes
+    start = int(getattr(server_args, "node_rank", 0) or 0) * local
+    return range(start, start + local)
+
+
 class SglangBackend:
     name = "sglang"
     kv_events_over_zmq = True  # SGLang's scheduler publishes on --kv-events-config's endpoint
+    own_sglang_metrics = True  # with --enable-metrics, in its multiprocess directory
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         _engine_module().add_sglang_flags(parser)
@@ -68,8 +83,22 @@ class SglangBackend:
     def scheduler_requests(self, engine: Any) -> int | None:
         return sglang_compat.sglang_scheduler_requests(engine)
 
+    def kv_event_dp_ranks(self, engine: Any) -> range:
+        return local_dp_ranks(_engine_module().resolved_server_args(engine))
+
     def kv_used_blocks(self, engine: Any, page_size: int) -> dict[int, int] | None:
         loads = sglang_compat.sglang_load_snapshots(engine)
         if loads is None:
             return None
         return {int(load.dp_rank): -(-int(load.num_used_tokens) // page_size) for load in loads}
+
+    def kv_load(self, engine: Any, page_size: int) -> list[KvLoad] | None:
+        """From the schedulers' load snapshots: 1.6.1 reports `token_usage` as the cache
+        usage and the pool in blocks; SGLang's `cache_hit_rate` is its recent batches'."""
+        loads = sglang_compat.sglang_load_snapshots(engine)
+        if loads is None:
+            return None
+        return [KvLoad(dp_rank=int(load.dp_rank),
+                       total_blocks=blocks(int(load.max_total_num_tokens), page_size),
+                       usage=float(load.token_usage), hit_rate=float(load.cache_hit_rate))
+                for load in loads]

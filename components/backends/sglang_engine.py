@@ -92,12 +92,24 @@ def apply_cpu_settings(ns: argparse.Namespace) -> None:
 
 
 def server_args_from_namespace(ns: argparse.Namespace) -> ServerArgs:
+    ns = argparse.Namespace(**vars(ns))  # the worker's own flags stay as the user gave them
     # The handlers expect disjoint output_ids/text segments; SGLang's default is cumulative
     # (Dynamo PR #7642: the old `stream_output` name silently stopped working).
     ns.incremental_streaming_output = True
+    ns.skip_tokenizer_init = engine_skips_tokenizer(ns)
     if sglang_on_cpu():
         apply_cpu_settings(ns)
     return ServerArgs.from_cli_args(ns)
+
+
+def engine_skips_tokenizer(ns: argparse.Namespace) -> bool:
+    """Whether SGLang itself runs without a tokenizer. In Tokens mode (`--skip-tokenizer-init`:
+    token ids in and out, the frontend tokenizes) SGLang still loads its tokenizer while its
+    grammar backend is on: SGLang 0.5.23 builds that backend (structured output, and the guided
+    decoding the frontend makes of a forced `tool_choice`) from the tokenizer, and none without
+    one. Dynamo 1.6.1's worker runs the same way on a line without `--skip-tokenizer-init`.
+    `--grammar-backend none` gives the engine without a tokenizer (no detokenizing per token)."""
+    return bool(ns.skip_tokenizer_init) and ns.grammar_backend == "none"
 
 
 def create_engine(server_args: ServerArgs) -> Any:
@@ -157,7 +169,22 @@ def sglang_limits(engine: Any) -> EngineLimits:
         # Dynamo 1.6.1's rule (capacity.runtime_capacity): --max-prefill-tokens, else the pool.
         max_num_batched_tokens=int(resolved.max_prefill_tokens
                                    or info["max_total_num_tokens"]),
+        dp_size=int(resolved.dp_size or 1),
+        enable_eagle=eagle_enabled(resolved.speculative_algorithm),
     )
+
+
+def eagle_enabled(speculative_algorithm: str | None) -> bool:
+    """SGLang's own predicate (`SpeculativeAlgorithm.is_eagle`: EAGLE, EAGLE3 and the other
+    variants its radix cache keys by bigrams), as Dynamo 1.6.1's `_eagle_enabled_for`."""
+    if not speculative_algorithm:
+        return False
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    try:
+        return bool(SpeculativeAlgorithm.from_string(speculative_algorithm).is_eagle())
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"--speculative-algorithm {speculative_algorithm!r}: {exc}") from None
 
 
 def local_ip() -> str:

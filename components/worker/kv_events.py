@@ -2,16 +2,17 @@
 
 On with SGLang's `--kv-events-config` (a JSON object whose `publisher` is not "null"), as in
 Dynamo's own SGLang worker, which also marks the model card `kv_event_publishing_enabled`:
-- `--engine sglang`: SGLang's scheduler publishes BlockStored/BlockRemoved on the ZMQ
-  `endpoint` of that config; a `KvEventPublisher` subscribes there and relays to Dynamo's event
-  plane (Dynamo's `dynamo.sglang.publisher` does the same; one scheduler, DP rank 0); the
-  schedulers' load (KV blocks in use per DP rank) goes to a `WorkerMetricsPublisher`
-  (load_relay.py).
+- `--engine sglang`: each DP rank's scheduler publishes BlockStored/BlockRemoved on the ZMQ
+  `endpoint` of that config, its port offset by the rank (`sglang_zmq_endpoints`); one
+  `KvEventPublisher` per local rank subscribes there and relays to Dynamo's event plane with that
+  `dp_rank` (Dynamo's `dynamo.sglang.publisher` does the same); the schedulers' load (KV blocks
+  in use per DP rank) goes to a `WorkerMetricsPublisher` (load_relay.py).
 - CPU engine: the engine reports its prefix cache's blocks and its load in-process
   (`components/engine/kv/events.py`), and `EngineKvRelay` hands them to a `KvEventPublisher`
-  (manual mode) and a `WorkerMetricsPublisher`. The `endpoint` in the config is not used.
-Block size is the engine's page size. Decode engines keep no prefix cache (docs/architecture.md)
-and publish nothing; prefill workers register no model, so no router reads them.
+  (manual mode, DP rank 0) and a `WorkerMetricsPublisher`. The `endpoint` is not used.
+Block size is the engine's page size. Who publishes (`role_publishes`): the workers a KV router
+reads, i.e. aggregated workers and, with the frontend orchestrating, prefill workers (the
+frontend's prefill router picks a prefill worker by its cached blocks, as it does for 1.6.1's).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dynamo.llm import KvEventPublisher, WorkerMetricsPublisher
 
 from components.backends.base import EngineBackend
 from components.worker.load_relay import LoadRelay
+from components.worker.role import WorkerRole
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,23 @@ def kv_events_enabled(kv_events_config: str | None) -> bool:
     if not isinstance(cfg, dict):
         raise SystemExit("--kv-events-config must be a JSON object")
     return cfg.get("publisher", "null") != "null"
+
+
+def role_publishes(role: WorkerRole) -> bool:
+    """Whether a worker of `role` publishes (given --kv-events-config); logs why not."""
+    if role.aggregated or (role.prefill and role.frontend_orchestrated):
+        return True
+    if role.decode:
+        # Every page of a disaggregated request arrives from its prefill, whose cache serves
+        # repeated prefixes: the CPU engine's decode keeps no prefix cache, and SGLang turns its
+        # radix cache off in decode mode (unless --disaggregation-decode-enable-radix-cache,
+        # experimental in SGLang, whose events this worker does not relay).
+        logger.warning("--kv-events-config: decode workers keep no prefix cache and publish "
+                       "no KV events")
+    else:
+        logger.warning("--kv-events-config: a decode-orchestrated prefill worker registers no "
+                       "model, so no KV router reads it; it publishes no KV events")
+    return False
 
 
 class EngineKvRelay:
@@ -88,9 +107,11 @@ class EngineKvRelay:
                 logger.warning("publishing a KV event for the router failed: %s", exc)
 
 
-def sglang_zmq_endpoint(kv_events_config: str) -> str:
-    """Where SGLang's scheduler (DP rank 0) publishes: its `endpoint`, a wildcard host reached
-    on loopback (SGLang binds wildcards on IPv4 only; Dynamo connects the same way)."""
+def sglang_zmq_endpoints(kv_events_config: str, dp_ranks: range) -> list[tuple[int, str]]:
+    """(DP rank, where its scheduler publishes) for each rank. SGLang's rule
+    (`ZmqEventPublisher.offset_endpoint_port`, which 1.6.1's subscriber calls too): rank r binds
+    the config's `endpoint` with its port + r. A wildcard host is reached on loopback (SGLang
+    binds wildcards on IPv4 only; Dynamo connects the same way)."""
     endpoint = json.loads(kv_events_config).get("endpoint")
     if not endpoint:
         raise SystemExit("--kv-events-config is set but has no 'endpoint'")
@@ -98,36 +119,41 @@ def sglang_zmq_endpoint(kv_events_config: str) -> str:
     if parsed.scheme != "tcp" or parsed.port is None:
         raise SystemExit(f"--kv-events-config endpoint must be tcp://host:port, got {endpoint!r}")
     host = "127.0.0.1" if parsed.hostname in ("*", "0.0.0.0", "::") else parsed.hostname
-    return f"tcp://{host}:{parsed.port}"
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return [(rank, f"tcp://{host}:{parsed.port + rank}") for rank in dp_ranks]
 
 
 class KvPublishing:
     """Started after the endpoint exists, before the model is registered; `close` on exit."""
 
     def __init__(self) -> None:
-        self._publisher: KvEventPublisher | None = None
+        self._publishers: list[KvEventPublisher] = []
         self._relay: EngineKvRelay | None = None
         self._load: LoadRelay | None = None
 
     async def start(self, endpoint: Any, backend: EngineBackend, engine: Any, page_size: int,
                     kv_events_config: str, local_indexer: bool = False) -> None:
         """`local_indexer`: what the model card advertises (register.local_indexer); the
-        publisher then serves the worker-local indexer the router may query, as 1.6.1's does."""
+        publishers then serve the worker-local indexer the router may query, as 1.6.1's do."""
         if backend.kv_events_over_zmq:
-            zmq_endpoint = sglang_zmq_endpoint(kv_events_config)
-            self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
-                                               zmq_endpoint=zmq_endpoint, zmq_topic="",
-                                               enable_local_indexer=local_indexer)
+            ranks = sglang_zmq_endpoints(kv_events_config, backend.kv_event_dp_ranks(engine))
+            self._publishers = [
+                KvEventPublisher(endpoint=endpoint, kv_block_size=page_size, dp_rank=rank,
+                                 zmq_endpoint=zmq_endpoint, zmq_topic="",
+                                 enable_local_indexer=local_indexer)
+                for rank, zmq_endpoint in ranks]
             metrics = await _load_publisher(endpoint)
             self._load = LoadRelay(backend, engine, page_size, metrics)
             self._load.start()
             logger.info("relaying SGLang KV events from %s and its schedulers' load (block "
-                        "size %d)", zmq_endpoint, page_size)
+                        "size %d)", ", ".join(ep for _, ep in ranks), page_size)
             return
         metrics = await _load_publisher(endpoint)
-        self._publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
-                                           enable_local_indexer=local_indexer)
-        self._relay = EngineKvRelay(self._publisher, metrics, page_size)
+        publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
+                                     enable_local_indexer=local_indexer)
+        self._publishers = [publisher]
+        self._relay = EngineKvRelay(publisher, metrics, page_size)
         engine.set_kv_event_listener(self._relay)
         logger.info("publishing the CPU engine's KV events and load (block size %d)", page_size)
 
@@ -138,9 +164,9 @@ class KvPublishing:
         if self._relay is not None:
             self._relay.close()
             self._relay = None
-        if self._publisher is not None:
-            self._publisher.shutdown()
-            self._publisher = None
+        for publisher in self._publishers:
+            publisher.shutdown()
+        self._publishers = []
 
 
 async def _load_publisher(endpoint: Any) -> WorkerMetricsPublisher:

@@ -14,10 +14,10 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
-from dynamo.common.utils.prometheus import register_engine_metrics_callback
 from dynamo.runtime import DistributedRuntime
 
 from components.worker.config import WorkerConfig, parse_args
@@ -25,9 +25,9 @@ from components.worker.config_dump import dump_worker_config
 from components.worker.debug_routes import register_debug_routes
 from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.worker.hosts import is_wildcard
-from components.worker.kv_events import KvPublishing, kv_events_enabled
-from components.worker.loop_lag import LoopLagMonitor
+from components.worker.kv_events import KvPublishing, kv_events_enabled, role_publishes
 from components.worker.metrics import WorkerMetrics
+from components.worker.metrics_export import expose_metrics
 from components.worker.register import (local_indexer, register_served_model,
                                         unregister_served_model)
 from components.worker.rooms.wiring import room_claims, start_room_watch
@@ -60,14 +60,12 @@ def bind_runtime_to_host(host: str) -> None:
 
 
 def publishes_kv_events(config: WorkerConfig) -> bool:
-    """Aggregated workers with --kv-events-config: decode engines keep no prefix cache and
-    prefill workers register no model (components/worker/kv_events.py)."""
-    enabled = kv_events_enabled(config.kv_events_config)
-    if enabled and not config.role.aggregated:
-        logger.warning("--kv-events-config: only aggregated workers publish KV events")
+    """With --kv-events-config, the workers a KV router reads: aggregated ones and
+    frontend-orchestrated prefill ones (components/worker/kv_events.py, `role_publishes`)."""
+    enabled = kv_events_enabled(config.kv_events_config) and role_publishes(config.role)
     # With --tokenizer-worker-num the engine process publishes for its engine; the attached
     # processes have no engine of their own to listen to.
-    return enabled and config.role.aggregated and engine_pid() is None
+    return enabled and engine_pid() is None
 
 
 class Worker:
@@ -86,14 +84,10 @@ class Worker:
         self._orphaned = asyncio.Event()
         self.kv_publishing = KvPublishing()
 
-    def expose_metrics(self) -> None:
+    def expose_metrics(self, load_seconds: float | None = None) -> None:
         """The worker's metrics on the system port's /metrics, with Dynamo's labels
-        (components/worker/metrics.py)."""
-        namespace, component, endpoint = self.config.dynamo.endpoint.split(".")
-        register_engine_metrics_callback(
-            self.endpoint, self.metrics.registry, namespace_name=namespace,
-            component_name=component, endpoint_name=endpoint,
-            model_name=self.config.served_model_name)
+        (components/worker/metrics_export.py)."""
+        expose_metrics(self.endpoint, self.config, self.engine, self.metrics, load_seconds)
 
     async def serve(self, handler: Any) -> None:
         """Serve the endpoint and register the model concurrently (every role but a
@@ -181,7 +175,9 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
                        "pass it to dynamo.frontend")
     logger.info("starting %s engine (%s) for %s", config.backend.name, config.role.mode.value,
                 config.served_model_name)
+    started = time.monotonic()
     engine, workers = start_engine(config, sys.argv[1:] if argv is None else argv)
+    load_seconds = time.monotonic() - started  # dynamo_component_model_load_time_seconds
     signals = StopSignals(asyncio.current_task(), workers)
     SignalGuard(loop).take(signals)
     if workers is not None:
@@ -197,13 +193,13 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
         elif config.role.prefill:
             rooms = await start_room_watch(runtime, config, bootstrap_endpoint(config, engine))
         metrics = WorkerMetrics(engine)
-        lag = LoopLagMonitor(metrics.loop_lag.observe)
+        lag = metrics.lag
         lag.start()
         handler = build_handler(config, engine, prefill, metrics, rooms)
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, config.backend, engine)
         worker = Worker(config, runtime, engine, metrics, handler.live)
-        worker.expose_metrics()
+        worker.expose_metrics(load_seconds)
         if config.role.prefill:
             await warmup_prefill(config, engine)
         signals.worker = worker

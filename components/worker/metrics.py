@@ -5,7 +5,9 @@ Dynamo 1.6.1 gives Python one way onto that page: a callback on the endpoint tha
 exposition text (`endpoint.metrics.register_prometheus_expfmt_callback`), which Dynamo's helper
 `register_engine_metrics_callback` wires to a `prometheus_client` registry and labels with the
 worker's `dynamo_namespace`, `dynamo_component`, `dynamo_endpoint`, `worker_id` and `model`, as
-Dynamo's own SGLang worker does for SGLang's metrics (`components/worker/main.py` registers it).
+Dynamo's own SGLang worker does for SGLang's metrics (`components/worker/metrics_export.py`
+registers it, with SGLang's `sglang:*` names, sglang_metrics.py, and Dynamo's standard
+engine gauges, component_gauges.py).
 
 Measured here, per worker:
 - at the endpoint (both engines): requests by outcome, time to first item (TTFT; on a prefill
@@ -28,6 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from handlers.errors import PrefillUnavailable, RequestError
 from handlers.preprocess import Preprocessor
+
+from components.worker.loop_lag import LoopLagMonitor
 
 PREFIX = "dynamo_component_engine"
 OUTCOMES = ("success", "cancelled", "invalid", "unavailable", "error")
@@ -59,9 +63,13 @@ class WorkerMetrics:
                                     buckets=LATENCY_BUCKETS, registry=self.registry)
         self.loop_lag = Histogram(f"{PREFIX}_event_loop_lag_seconds",
                                   "How much later than asked the worker's event loop woke a "
-                                  "periodic ticker", buckets=LOOP_LAG_BUCKETS,
-                                  registry=self.registry)
+                                  "sampling timer, while requests are in flight",
+                                  buckets=LOOP_LAG_BUCKETS, registry=self.registry)
+        self.lag = LoopLagMonitor(self.loop_lag.observe)  # started on the worker's loop
         self.registry.register(EngineCollector(engine))
+        # SGLang's request histograms where the worker measures them for its engine (the CPU
+        # engine; components/worker/sglang_metrics.py); SGLang measures its own.
+        self.sglang: Optional[Any] = None
 
     def instrument(self, generate: Handler, streams_tokens: bool = True) -> Handler:
         """Count `generate`'s requests by outcome and time their items; a prefill worker's
@@ -70,20 +78,22 @@ class WorkerMetrics:
         async def endpoint(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
             start = last = time.monotonic()
             first, outcome, finish = True, "error", None
+            self.lag.request_started()
             try:
                 async for item in generate(request, context):
                     now = time.monotonic()
                     if first:
-                        self.ttft.observe(now - start)
+                        self._first(now - start)
                         first = False
                     elif streams_tokens:
-                        gap = (now - last) / max(1, _tokens_in(item))
-                        self.itl.observe(gap)
+                        self._gap(now - last, max(1, _tokens_in(item)))
                     last = now
                     finish = _finish_reason(item) or finish
                     yield item
                 stopped = context is not None and context.is_stopped()
                 outcome = "cancelled" if stopped or finish == "cancelled" else "success"
+                if self.sglang is not None and outcome == "success":
+                    self.sglang.observe_e2e(time.monotonic() - start)
             except RequestError:
                 outcome = "invalid"
                 raise
@@ -94,9 +104,20 @@ class WorkerMetrics:
                 outcome = "cancelled"
                 raise
             finally:
+                self.lag.request_finished()
                 self.requests.labels(outcome).inc()
 
         return endpoint
+
+    def _first(self, seconds: float) -> None:
+        self.ttft.observe(seconds)
+        if self.sglang is not None:
+            self.sglang.observe_ttft(seconds)
+
+    def _gap(self, seconds: float, tokens: int) -> None:
+        self.itl.observe(seconds / tokens)
+        if self.sglang is not None:
+            self.sglang.observe_itl(seconds / tokens, tokens)
 
     def timed_preprocessor(self, tokenizer: Any) -> Preprocessor:
         return TimedPreprocessor(tokenizer, self.preprocess.observe)

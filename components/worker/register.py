@@ -72,6 +72,10 @@ def runtime_config_for(limits: EngineLimits, config: Optional[WorkerConfig] = No
     runtime_config = ModelRuntimeConfig()
     runtime_config.context_length = limits.context_length
     runtime_config.total_kv_blocks = math.ceil(limits.max_total_num_tokens / limits.page_size)
+    runtime_config.data_parallel_start_rank = 0
+    runtime_config.data_parallel_size = limits.dp_size
+    if limits.enable_eagle:
+        runtime_config.enable_eagle = True
     if limits.max_running_requests is not None:
         runtime_config.max_num_seqs = limits.max_running_requests
     if limits.max_num_batched_tokens is not None:

@@ -2,7 +2,9 @@
 scraped from each worker's system port (`/metrics` on DYN_SYSTEM_PORT) before, during and after
 a burst of disaggregated requests: the counts match what was sent, the KV pages in use rise
 during the load and come back to 0 (free = total) after, and the prefill counts one KV WRITE
-per request."""
+per request. Also SGLang's `sglang:*` names and Dynamo's standard engine gauges, as Dynamo
+1.6.1's SGLang worker shows them, on every CPU-engine worker (SGLang's own: the last test of
+tests/e2e/test_e2e_sglang_queue.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from harness.topology import Proc, wait_until
 from harness.worker_metrics import Samples
 from harness.worker_metrics import scrape as scrape_port
 from tests.e2e.client import post, user
-from tests.support.topologies import CONTEXT_LENGTH, DISAGG
+from tests.e2e.metric_names import check_component_gauges, check_sglang_gauges, one
+from tests.support.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -81,7 +84,46 @@ def test_metrics_follow_a_burst_of_requests(tokens_stack, http):
     assert delta(p1, p0, P + "kv_transfers_total") == BURST
     assert delta(p1, p0, P + "kv_transfer_bytes_total") > 0
     assert delta(p1, p0, P + "kv_transfer_seconds_total") > 0
-    for after, before in ((d1, d0), (p1, p0)):  # each process's loop-lag ticker kept ticking
-        assert delta(after, before, P + "event_loop_lag_seconds_count") > 0
+    # The decode's loop was sampled while its streams (6 x 200 tokens, over a second) ran.
+    assert delta(d1, d0, P + "event_loop_lag_seconds_count") > 0
+    for after, before in ((d1, d0), (p1, p0)):
         assert after[(P + "kv_pages_free", "")] == after[(P + "kv_pages_total", "")] > 0
         assert after[(P + "queue_depth", "")] == 0
+
+
+def test_sglang_and_dynamo_standard_names_on_the_cpu_engine(tokens_stack, http):
+    """SGLang's names with SGLang's labels on every worker, and Dynamo's standard engine gauges;
+    on the aggregated worker, one prompt sent twice: its tokens counted, the second served from
+    the prefix cache (hit rate above 0), and the request histograms observed."""
+    agg = tokens_stack.procs["agg"]
+    before = scrape(agg)
+    prompt = list(range(10, 310))
+    used = []
+    for _ in range(2):
+        r = post(http, tokens_stack.url, "completions", {"model": AGG, "prompt": prompt,
+                                                          "max_tokens": 8, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        used.append(r.json()["usage"])
+    wait_until(lambda: scrape(agg)[(P + "kv_pages_in_use", "")] == 0, 15, "agg's pages free")
+    after = scrape(agg)
+
+    def grew(name: str) -> float:
+        return after[(name, "")] - before[(name, "")]
+
+    assert grew("sglang:prompt_tokens_total") == sum(u["prompt_tokens"] for u in used) >= 600
+    assert grew("sglang:generation_tokens_total") == 16
+    assert grew("sglang:num_requests_total") == 2
+    assert grew("sglang:cached_tokens_total") >= 256  # the second request's whole pages
+    assert grew("sglang:time_to_first_token_seconds_count") == 2
+    assert grew("sglang:e2e_request_latency_seconds_count") == 2
+    assert 0 < grew("sglang:inter_token_latency_seconds_count") <= 14
+    for proc, model, kind in ((agg, AGG, "unified"), (tokens_stack.procs["decode"], DISAGG,
+                                                      "decode"),
+                              (tokens_stack.procs["prefill"], DISAGG, "prefill")):
+        check_sglang_gauges(proc.system_port, model, kind)
+    assert one(agg.system_port, "sglang:cache_hit_rate")["value"] > 0
+    assert one(agg.system_port, "sglang:num_running_reqs")["value"] == 0
+    gauges = check_component_gauges(agg.system_port, AGG, "agg")
+    assert gauges["dynamo_component_total_blocks"] == after[(P + "kv_pages_total", "")]
+    assert gauges["dynamo_component_gpu_cache_usage_percent"] == 0  # every request finished
+    assert gauges["dynamo_component_kv_cache_hit_rate"] > 0

@@ -1,14 +1,13 @@
 """Tool calls and reasoning on the real SGLang engine (SGLang's CPU path) behind the real
-frontend, with the OpenAI SDK: Text mode aggregated and disaggregated (decode-orchestrated),
-where the worker renders `tools` and parses with SGLang's own parsers; and Tokens mode
-aggregated, where the frontend parses with the registered Dynamo parsers.
+frontend, with the OpenAI SDK, in both modes, aggregated and disaggregated:
+- Text mode (the worker renders `tools` and parses with SGLang's own parsers): aggregated, and
+  disaggregated in the decode-orchestrated style;
+- Tokens mode (the frontend parses with the registered Dynamo parsers): aggregated, and
+  disaggregated in the frontend-orchestrated style (the topology Dynamo deploys).
+What the random model writes is forced with structured output (tests/support/tool_calls.py);
+in Tokens mode SGLang keeps its tokenizer for that (components/backends/sglang_engine.py).
 
-SGLang 0.5.23 builds no grammar backend with `--skip-tokenizer-init`, so in Tokens mode nothing
-can make the random model write a tool call (guided output and a forced tool choice are its
-400); there the test checks what the worker registered and that a `tools` request is served.
-The CPU engine's module (test_e2e_tools.py) covers Tokens mode's parsing end to end.
-
-One stack for the module: a frontend and four SGLang engines (an engine start costs 20-40 s).
+One stack for the module: a frontend and six SGLang engines (an engine start costs 20-40 s).
 """
 
 from __future__ import annotations
@@ -18,22 +17,37 @@ import json
 import openai
 import pytest
 
-from harness.topology import Stack
+from harness.topology import Stack, free_port
 from tests.support.models import model_path
 from tests.support.tool_calls import (
     ANSWER, DYN_PARSER_ARGS, NATIVE_PARSER_ARGS, THINK, THINKING_TEXT, TOOLS, args_of,
     assert_enum_call, call_text, collect_stream, forced, reasoning_and_content,
 )
 from tests.support.topologies import (
-    DECODE_ORCHESTRATED, SGLANG, SGLANG_ENGINE_ARGS, start_sglang_decode, start_sglang_prefill,
+    DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, SGLANG_ENGINE_ARGS, start_sglang_decode,
+    start_sglang_prefill,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+START_TIMEOUT_S = 420  # six engines starting together on two cores
 
 AGG = "tiny-sglang-agg"
 TOKENS = "tiny-sglang-tokens"
-TEXT_MODELS = [SGLANG, AGG]  # disaggregated, aggregated
+TOKENS_DISAGG = "tiny-sglang-tokens-disagg"
+MODELS = [SGLANG, AGG, TOKENS, TOKENS_DISAGG]  # Text disagg, Text agg, Tokens agg, Tokens disagg
 PARIS = call_text("get_weather", {"city": "Paris"})
+
+
+def start_tokens_disagg(stack: Stack) -> None:
+    """A frontend-orchestrated prefill and decode pair in Tokens mode, serving TOKENS_DISAGG."""
+    for name, mode in (("tprefill", "prefill"), ("tdecode", "decode")):
+        port = ("--disaggregation-bootstrap-port", str(free_port())) if mode == "prefill" else ()
+        stack.start_worker(name, mode, TOKENS_DISAGG, *SGLANG_ENGINE_ARGS, *DYN_PARSER_ARGS,
+                           "--disaggregation-transfer-backend", "nixl",
+                           "--disagg-orchestrator", FRONTEND_ORCHESTRATED, *port,
+                           "--endpoint", f"dyn://dynamo.sglang_{name}.generate",
+                           skip_tokenizer_init=True, engine="sglang")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +63,9 @@ def stack(tmp_path_factory):
             stack.start_worker(name, "null", served, *SGLANG_ENGINE_ARGS, *parsers,
                                "--endpoint", f"dyn://dynamo.sglang_{name}.generate",
                                skip_tokenizer_init=tokens, engine="sglang")
-        stack.wait_ready(SGLANG, AGG, TOKENS)
+        start_tokens_disagg(stack)
+        stack.wait_ready(*MODELS, timeout=START_TIMEOUT_S)
+        stack.wait_ready(TOKENS_DISAGG, probe=True)  # the prefill is registered too
     except BaseException:
         print(stack.logs())
         stack.stop()
@@ -67,7 +83,7 @@ def ask(stack, model: str, stream: bool = False, **body):
     return client.chat.completions.create(stream=stream, extra_body=extra, **body)
 
 
-@pytest.mark.parametrize("model", TEXT_MODELS)
+@pytest.mark.parametrize("model", MODELS)
 def test_auto_tool_call_is_parsed(stack, model):
     choice = ask(stack, model, tools=TOOLS, **forced(PARIS)).choices[0]
     assert choice.finish_reason == "tool_calls", choice
@@ -75,7 +91,7 @@ def test_auto_tool_call_is_parsed(stack, model):
     assert call.function.name == "get_weather" and args_of(call) == {"city": "Paris"}
 
 
-@pytest.mark.parametrize("model", TEXT_MODELS)
+@pytest.mark.parametrize("model", MODELS)
 def test_streamed_tool_call(stack, model):
     got = collect_stream(ask(stack, model, stream=True, tools=TOOLS, **forced(PARIS)))
     assert got["finish"] == "tool_calls", got
@@ -83,7 +99,7 @@ def test_streamed_tool_call(stack, model):
     assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
 
 
-@pytest.mark.parametrize("model", TEXT_MODELS)
+@pytest.mark.parametrize("model", MODELS)
 def test_required_and_named_tool_choice(stack, model):
     required = ask(stack, model, tools=TOOLS, tool_choice="required").choices[0]
     assert required.message.tool_calls, required
@@ -93,7 +109,7 @@ def test_required_and_named_tool_choice(stack, model):
     assert_enum_call(call, "get_time")
 
 
-@pytest.mark.parametrize("model", TEXT_MODELS)
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_reasoning_is_split_from_content(stack, model, stream):
     got = ask(stack, model, stream=stream, **forced(THINKING_TEXT))
@@ -103,13 +119,6 @@ def test_reasoning_is_split_from_content(stack, model, stream):
 
 
 def test_tokens_mode_registers_dynamos_parsers(stack):
-    runtime = stack.model_card(TOKENS)["runtime_config"]
-    assert (runtime["tool_call_parser"], runtime["reasoning_parser"]) == ("hermes", "qwen3")
-    got = ask(stack, TOKENS, max_tokens=8, tools=TOOLS, tool_choice="auto").choices[0]
-    assert got.finish_reason in ("stop", "length")
-
-
-def test_tokens_mode_forced_tool_choice_is_sglangs_400(stack):
-    """No grammar backend without a tokenizer in SGLang 0.5.23: a forced choice is refused."""
-    with pytest.raises(openai.BadRequestError):
-        ask(stack, TOKENS, tools=TOOLS, tool_choice="required")
+    for model in (TOKENS, TOKENS_DISAGG):
+        runtime = stack.model_card(model)["runtime_config"]
+        assert (runtime["tool_call_parser"], runtime["reasoning_parser"]) == ("hermes", "qwen3")

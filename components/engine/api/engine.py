@@ -23,6 +23,8 @@ from components.engine.core.loop import EngineLoop
 from components.engine.api.requests import checked_rid, make_sequence
 from components.engine.process.service import EngineService
 from components.engine.api.streams import final_chunk, stream_chunks
+from components.engine.api.readouts import EngineReadouts
+from components.engine.api.totals import RequestTotals
 from components.engine.api.sync import SyncGenerateMixin
 from components.engine.output.forks import make_choices
 from components.engine.output.grammar import GrammarBackend, grammar_of
@@ -35,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_JOIN_S = 30.0
 
-class CpuEngine(SyncGenerateMixin):
+class CpuEngine(EngineReadouts, SyncGenerateMixin):
     """``CpuEngine(**kwargs)`` with SGLang ServerArgs names (see EngineConfig)."""
 
     def __init__(self, server_args: EngineConfig | None = None, **kwargs: Any) -> None:
@@ -54,6 +56,7 @@ class CpuEngine(SyncGenerateMixin):
                 cfg, disaggregation_bootstrap_port=self._info.bootstrap_port)
         self._lock = threading.Lock()
         self._live_rids: set[str] = set()
+        self._totals = RequestTotals()
         self._closed = False
         self._grammars = GrammarBackend(
             cfg.model_path, self._info.vocab_size, self._info.eos_token_ids,
@@ -71,73 +74,6 @@ class CpuEngine(SyncGenerateMixin):
         the engine of ``parent_pid`` (default: the parent process), which was started with
         ``tokenizer_worker_num > 1``."""
         return AttachedCpuEngine(os.getppid() if parent_pid is None else parent_pid)
-
-    # ---- registration facts -------------------------------------------------------------------
-    @property
-    def max_total_num_tokens(self) -> int:
-        return self._info.max_total_num_tokens
-
-    @property
-    def page_size(self) -> int:
-        return self._info.page_size
-
-    @property
-    def context_length(self) -> int:
-        return self._info.context_length
-
-    @property
-    def max_running_requests(self) -> int:
-        return self.server_args.max_running_requests
-
-    @property
-    def vocab_size(self) -> int:
-        return self._info.vocab_size
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self._info.eos_token_ids
-
-    def get_server_info(self) -> dict[str, Any]:
-        info = {k: getattr(self.server_args, k) for k in (
-            "model_path", "served_model_name", "skip_tokenizer_init", "disaggregation_mode",
-            "disaggregation_bootstrap_port", "disaggregation_transfer_backend", "host", "dtype")}
-        info.update(page_size=self.page_size, context_length=self.context_length,
-                    max_total_num_tokens=self.max_total_num_tokens,
-                    max_running_requests=self.max_running_requests)
-        return info
-
-    def kv_pages_in_use(self) -> int:
-        """KV pool pages held by live requests (tests assert it returns to 0)."""
-        return self._loop.pages_in_use()
-
-    def kv_pages_total(self) -> int:
-        return self._info.num_pages
-
-    def requests_in_flight(self) -> int:
-        """Requests (choices) submitted and not finished yet, as SGLang's rid_to_state counts."""
-        with self._lock:
-            return len(self._live_rids)
-
-    def rid_in_flight(self, rid: str) -> bool:
-        """Whether ``rid`` names a request not finished yet (a new request may not reuse it)."""
-        with self._lock:
-            return rid in self._live_rids
-
-    def queue_depth(self) -> int:
-        """Requests waiting for the scheduler to admit them."""
-        return self._loop.queue_depth()
-
-    def kv_transfer_totals(self) -> Any:
-        """Prefill engines: completed KV WRITEs (count, bytes, seconds); otherwise None."""
-        return self._loop.kv_transfer_totals()
-
-    def kv_pages_cached(self) -> int:
-        """KV pool pages the prefix cache keeps for repeated prefixes (evicted on demand)."""
-        return self._loop.cached_pages()
-
-    def prefix_hit_tokens(self) -> int:
-        """Prompt tokens served from the prefix cache since start (a per-worker counter)."""
-        return self._loop.prefix_hit_tokens()
 
     def set_kv_event_listener(self, listener: KvEventListener) -> None:
         """Report cached blocks and load to ``listener``, called on the engine thread
@@ -214,7 +150,7 @@ class CpuEngine(SyncGenerateMixin):
 
     def _sink_for(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, rid: str,
                   index: int | None):
-        batcher, live, lock = self._batcher, self._live_rids, self._lock
+        batcher, live, lock, totals = self._batcher, self._live_rids, self._lock, self._totals
 
         def sink(chunk: dict[str, Any], final: bool) -> None:  # runs on the engine thread
             if index is not None:  # n > 1: which choice, as SGLang tags it
@@ -222,6 +158,7 @@ class CpuEngine(SyncGenerateMixin):
             if final:
                 with lock:
                     live.discard(rid)
+                totals.record(chunk.get("meta_info") or {})
             batcher.put(loop, queue, chunk)
 
         return sink

@@ -62,6 +62,7 @@ def make_sequence(rid: str, given: dict[str, Any], cfg: EngineConfig,
                   "transfer per bootstrap room); use n=1")
     reject = reject or check_logprob_args(given["return_logprob"], given["top_logprobs_num"],
                                           given["logprob_start_len"])
+    reject = reject or _dp_rank_problem(given["routed_dp_rank"], given["data_parallel_rank"])
     boot = None
     triple = (given["bootstrap_host"], given["bootstrap_port"], given["bootstrap_room"])
     if triple != (None, None, None):
@@ -87,6 +88,16 @@ def _input_problem(prompt: Any, input_ids: Any) -> str | None:
     if input_ids is None and not isinstance(prompt, str):
         return f"prompt must be a string, got {type(prompt).__name__}"
     return None  # input_ids are checked on the engine thread (vocabulary, length)
+
+
+def _dp_rank_problem(routed: Any, legacy: Any) -> str | None:
+    """SGLang's TokenizerManager check: this engine is one data-parallel rank (0); a router's
+    rank 0 is taken, any other is out of range (`disagg_prefill_dp_rank` names the prefill's
+    rank, 0 too, and needs no check: the room's bootstrap finds it)."""
+    rank = routed if routed is not None else legacy
+    if rank is None or (isinstance(rank, int) and not isinstance(rank, bool) and rank == 0):
+        return None
+    return f"routed_dp_rank={rank} out of range [0, 1)"
 
 
 def _unset_sink(chunk: dict[str, Any], final: bool) -> None:

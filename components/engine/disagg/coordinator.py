@@ -53,7 +53,7 @@ class DisaggCoordinator:
         self._cfg = cfg
         self._pool = pool
         self._vocab_size = vocab_size
-        self.transport = KVTransport(pool.tensor, self.role, cfg.host,
+        self.transport = KVTransport(pool.storage, self.role, cfg.host,
                                      cfg.disaggregation_bootstrap_port, cfg.bootstrap_timeout,
                                      cfg.transfer_timeout, peering=engine_peering(cfg, pool))
         self._claimed: dict[int, Sequence] = {}  # room -> its live request, from admission on
@@ -107,7 +107,8 @@ class DisaggCoordinator:
         try:
             self.transport.add_prefill(room, self._pool.token_runs(seq.pages, seq.prompt_len),
                                        first_token, seq.rid,
-                                       first_to_wire(seq.out_logprobs, seq.return_logprob))
+                                       first_to_wire(seq.out_logprobs, seq.return_logprob),
+                                       seq.cached_tokens)
         except ValueError as exc:
             return [Fail(seq, f"KV transfer not started: {exc}", FAILURE_STATUS)]
         deadline = (time.monotonic() + self._cfg.bootstrap_timeout + self._cfg.transfer_timeout
@@ -177,6 +178,8 @@ class DisaggCoordinator:
         if entry.seq.return_logprob and ev.logprob is None:
             return [Fail(entry.seq, "prefill sent no logprobs for the first token (was it asked "
                          "for them?)", FAILURE_STATUS)]
+        # As SGLang's decode: its usage reports the prefill's cache hit (this engine has none).
+        entry.seq.cached_tokens = min(ev.cached_tokens, entry.seq.prompt_len)
         return [Adopt(entry.seq, ev.first_token, first_from_wire(ev.logprob))]
 
     def _on_done(self, room: int) -> list[Action]:

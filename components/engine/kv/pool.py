@@ -1,8 +1,18 @@
 """The KV pool: one preallocated tensor, handed out to requests as contiguous runs of pages.
 
-Layout ``[layers, 2 (K, V), kv_heads, num_pages * page_size, head_dim]``: head-major, so one
-request's K (or V) for one layer and head is one contiguous byte range. Attention reads it
-through views (no copy) and NIXL moves it as ``layers * 2 * kv_heads`` runs per request.
+``tensor`` is always indexed ``[layers, 2 (K, V), kv_heads, num_pages * page_size, head_dim]``;
+``storage`` is the same memory in the order the pool's ``layout`` picks (``LAYOUTS``):
+
+- ``head`` (the default), ``[layers, 2, kv_heads, tokens, head_dim]``: one request's K (or V)
+  of one layer and head is one contiguous range, so attention reads contiguous rows; NIXL moves
+  a request as ``layers * 2 * kv_heads`` descriptors;
+- ``token``, ``[tokens, layers, 2, kv_heads, head_dim]``: a request's whole KV is one range, one
+  NIXL descriptor (UCX's same-host ``cma`` transport makes one kernel copy per descriptor), but
+  attention reads strided rows: decode attention 1.2-1.4x slower (docs/benchmarks.md);
+- ``layer``, ``[layers, tokens, 2, kv_heads, head_dim]``: one range per layer.
+
+Attention reads ``tensor`` through views (no copy) whatever the layout. Two engines move KV only
+between pools of the same layout (the peers' ``KVLayout`` names it).
 
 Used only on the engine thread (no locking).
 """
@@ -10,6 +20,7 @@ Used only on the engine thread (no locking).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 from dataclasses import dataclass
 
@@ -18,6 +29,15 @@ import torch
 from components.engine.kv.host_memory import zeroed_tensor
 
 logger = logging.getLogger(__name__)
+
+# Storage order of the logical dims (0 layers, 1 K/V, 2 kv_heads, 3 tokens, 4 head_dim).
+LAYOUTS: dict[str, tuple[int, ...]] = {
+    "head": (0, 1, 2, 3, 4),
+    "token": (3, 0, 1, 2, 4),
+    "layer": (0, 3, 1, 2, 4),
+}
+DEFAULT_LAYOUT = "head"
+_TOKENS = 3
 
 
 @dataclass(frozen=True)
@@ -91,7 +111,11 @@ class KVPool:
         num_pages: int,
         page_size: int,
         dtype: torch.dtype,
+        layout: str = DEFAULT_LAYOUT,
     ) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown KV pool layout {layout!r} (one of {sorted(LAYOUTS)})")
+        self.layout = layout
         self.num_layers = num_layers
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
@@ -99,14 +123,15 @@ class KVPool:
         self.num_pages = num_pages
         self.num_tokens = num_pages * page_size
         # Zeroed (pages touched once here, not on the first requests), on huge pages.
-        self.tensor, self._mapping = zeroed_tensor(
-            (num_layers, 2, num_kv_heads, self.num_tokens, head_dim), dtype
-        )
+        logical = (num_layers, 2, num_kv_heads, self.num_tokens, head_dim)
+        order = LAYOUTS[layout]
+        self.storage, self._mapping = zeroed_tensor(tuple(logical[d] for d in order), dtype)
+        self.tensor = self.storage.permute(*(order.index(d) for d in range(len(order))))
         self._alloc = ExtentAllocator(num_pages)
         self.element_size = self.tensor.element_size()
         logger.info(
-            "KV pool: %d pages x %d tokens, %.1f MiB (%s)",
-            num_pages, page_size, self.nbytes / 2**20, dtype,
+            "KV pool: %d pages x %d tokens, %.1f MiB (%s, %s-major)",
+            num_pages, page_size, self.nbytes / 2**20, dtype, layout,
         )
 
     # --- allocation -------------------------------------------------------------------------
@@ -116,7 +141,7 @@ class KVPool:
 
     @property
     def nbytes(self) -> int:
-        return self.tensor.numel() * self.element_size
+        return self.storage.numel() * self.element_size
 
     def pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)
@@ -140,20 +165,22 @@ class KVPool:
     # --- NIXL descriptors ---------------------------------------------------------------------
     @property
     def data_ptr(self) -> int:
-        return self.tensor.data_ptr()
+        return self.storage.data_ptr()
 
     def token_runs(self, run: PageRun, num_tokens: int) -> list[tuple[int, int]]:
-        """(addr, nbytes) of a request's first ``num_tokens`` tokens, for every layer, K/V, head.
-
-        Order: layer-major, then K before V, then head. Prefill and decode use the same order,
-        so the i-th source run pairs with the i-th destination run.
+        """(addr, nbytes) of a request's first ``num_tokens`` tokens: one run per index of the
+        storage dims outside the token dim (none for ``token``, layers for ``layer``, layer,
+        K/V and head for ``head``), in storage order. Prefill and decode use the same layout
+        (checked at peering), so the i-th source run pairs with the i-th destination run.
         """
         capacity = run.num_pages * self.page_size
         if not 0 < num_tokens <= capacity:
             raise ValueError(f"num_tokens {num_tokens} outside the request's {capacity} slots")
-        tok_bytes = self.head_dim * self.element_size
-        plane_bytes = self.num_tokens * tok_bytes
+        axis = LAYOUTS[self.layout].index(_TOKENS)
+        el = self.element_size
+        tok_bytes = self.storage.stride(axis) * el
         first = self.data_ptr + run.start_page * self.page_size * tok_bytes
+        strides = [st * el for st in self.storage.stride()[:axis]]
         nbytes = num_tokens * tok_bytes
-        planes = self.num_layers * 2 * self.num_kv_heads
-        return [(first + p * plane_bytes, nbytes) for p in range(planes)]
+        return [(first + sum(i * st for i, st in zip(idx, strides)), nbytes)
+                for idx in itertools.product(*(range(n) for n in self.storage.shape[:axis]))]

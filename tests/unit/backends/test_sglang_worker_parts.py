@@ -5,6 +5,7 @@ SGLang resolves it, prefill warm-up before serving, and SIGTERM kept by the work
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 from types import SimpleNamespace
@@ -147,3 +148,34 @@ async def test_signal_guard_keeps_the_workers_sigterm_handler():
         del loop.add_signal_handler
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
+
+
+@pytest.mark.parametrize("extra, engine_skips", [
+    ((), False), (("--grammar-backend", "xgrammar"), False), (("--grammar-backend", "none"), True)])
+def test_tokens_mode_keeps_sglangs_tokenizer_for_its_grammar_backend(
+        sglang_on_cpu, tiny_model_path, extra, engine_skips):
+    """SGLang builds its grammar backend from its tokenizer: Tokens mode keeps it loaded (ids
+    still go in and out) unless the grammar backend is off; the worker's mode is unchanged."""
+    config = parse_args(["--engine", "sglang", "--model-path", tiny_model_path,
+                         "--skip-tokenizer-init", *extra])
+    assert config.role.skip_tokenizer_init is True
+    assert config.engine_args.skip_tokenizer_init is engine_skips
+    text = parse_args(["--engine", "sglang", "--model-path", tiny_model_path, *extra])
+    assert text.role.skip_tokenizer_init is False and text.engine_args.skip_tokenizer_init is False
+
+
+def test_dp_layout_and_eagle_are_registered_as_dynamo_does(tiny_model_path):
+    """`data_parallel_size` from SGLang's --dp-size and `enable_eagle` from SGLang's own
+    `SpeculativeAlgorithm.is_eagle` (EAGLE, EAGLE3 and NEXTN key their radix cache by bigrams)."""
+    from components.backends.sglang_engine import eagle_enabled, sglang_limits
+    from components.worker.register import runtime_config_for
+
+    assert [eagle_enabled(a) for a in (None, "EAGLE", "EAGLE3", "NEXTN", "NGRAM")] == [
+        False, True, True, True, False]
+    with pytest.raises(SystemExit, match="--speculative-algorithm 'BOGUS'"):
+        eagle_enabled("BOGUS")
+    limits = sglang_limits(fake_engine(sglang_args(tiny_model_path, "--dp-size", "2")))
+    assert (limits.dp_size, limits.enable_eagle) == (2, False)
+    runtime = runtime_config_for(dataclasses.replace(limits, enable_eagle=True))
+    assert (runtime.data_parallel_start_rank, runtime.data_parallel_size) == (0, 2)
+    assert runtime.enable_eagle is True

@@ -218,3 +218,15 @@ async def test_chunked_prefill_is_token_identical(tiny_model_path, reference, mi
         assert eng.kv_pages_in_use() == 0
     finally:
         eng.shutdown()
+
+
+async def test_a_routed_dp_rank_is_checked_as_sglang_checks_it(engine):
+    """One data-parallel rank: the router's rank 0 runs, any other is SGLang's refusal."""
+    out = await engine.async_generate(input_ids=[5, 6, 7], routed_dp_rank=0,
+                                      disagg_prefill_dp_rank=0,
+                                      sampling_params={**GREEDY, "max_new_tokens": 2})
+    assert len(out["output_ids"]) == 2
+    for kwargs in ({"routed_dp_rank": 1}, {"data_parallel_rank": 2}):
+        with pytest.raises(ValueError, match=r"routed_dp_rank=\d out of range \[0, 1\)"):
+            await engine.async_generate(input_ids=[5, 6, 7], sampling_params=GREEDY, **kwargs)
+    assert engine.kv_pages_in_use() == 0

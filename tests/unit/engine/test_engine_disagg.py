@@ -105,6 +105,17 @@ async def test_disagg_seeded_sampling_matches_aggregated(prefill, decode, agg):
     assert d["output_ids"] == want["output_ids"]
 
 
+async def test_the_decode_reports_its_prefills_cache_hit(prefill, decode, agg):
+    """As SGLang's decode: the usage of a request whose prefix the prefill had cached counts
+    those tokens, though the decode engine keeps no cache."""
+    prefix = random_prompt(300, agg.vocab_size, seed=13)
+    first_p, first_d = await pair(prefill, decode, prefix + [5], GREEDY)
+    again_p, again_d = await pair(prefill, decode, prefix + [6, 7], GREEDY)
+    assert first_d["meta_info"]["cached_tokens"] == first_p["meta_info"]["cached_tokens"] == 0
+    cached = again_p["meta_info"]["cached_tokens"]
+    assert 0 < cached <= len(prefix) and again_d["meta_info"]["cached_tokens"] == cached
+
+
 async def test_disagg_logprobs_match_aggregated(prefill, decode, agg):
     # The first token's logprobs are computed by the prefill and ride the KV notification.
     lp = {"return_logprob": True, "top_logprobs_num": 20}

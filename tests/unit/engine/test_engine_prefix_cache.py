@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from components.engine.api.engine import CpuEngine
+from components.engine.api.totals import Totals
 from components.engine.kv.pool import KVPool
 from components.engine.kv.prefix_cache import PrefixCache
 from tests.support.engine_helpers import random_prompt
@@ -106,6 +107,9 @@ async def test_chunked_prefill_resumes_after_the_cached_prefix_token_exact(tiny_
         prompts = [system + random_prompt(70, chunked.vocab_size, seed=50 + i) for i in range(2)]
         outs = [await chunked.async_generate(input_ids=p, sampling_params=GREEDY) for p in prompts]
         assert [o["meta_info"]["cached_tokens"] for o in outs] == [0, 192]  # 12 whole pages
+        # The totals the worker's sglang:* counters and hit rate read.
+        assert chunked.request_totals() == Totals(requests=2, prompt_tokens=540,
+                                                  generation_tokens=24, cached_tokens=192)
         want = [await plain.async_generate(input_ids=p, sampling_params=GREEDY) for p in prompts]
         assert [o["output_ids"] for o in outs] == [w["output_ids"] for w in want]
     finally:

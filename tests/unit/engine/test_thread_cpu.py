@@ -43,3 +43,4 @@ def test_each_threads_cpu_lands_in_its_group():
     assert 0.14 <= groups["engine"] < 1.0
     assert groups["loop"] >= 0.04
     assert sampler.by_name["me"][ENGINE_THREAD] == groups["engine"]
+

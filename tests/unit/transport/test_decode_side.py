@@ -38,6 +38,18 @@ def test_decode_registers_and_reports_arrival():
     assert events == [KVArrived(7, 3)] and not side.busy
 
 
+def test_the_prefills_cache_hit_travels_with_the_kv():
+    """What the prefill served from its prefix cache reaches the decode (its usage reports it,
+    as SGLang's decode does); a notification without it is the bytes of one from before."""
+    side, nixl, _, events = make_decode()
+    side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")
+    welcome(side)
+    nixl.inbox = [("pre", encode(KVNotif(room=7, first_token=3, cached_tokens=480)))]
+    side.progress(time.monotonic())
+    assert events == [KVArrived(7, 3, None, 480)]
+    assert b"cached_tokens" not in encode(KVNotif(room=7, first_token=3))
+
+
 def test_decode_abort_keeps_pages_until_prefill_acks():
     side, nixl, client, events = make_decode()
     side.add_decode(7, "127.0.0.1", 5000, RUNS, "r")

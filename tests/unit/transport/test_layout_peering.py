@@ -38,7 +38,7 @@ def layout(dtype="bfloat16", model="tiny@0123456789ab") -> KVLayout:
 class Side:
     def __init__(self, role: str, dtype: torch.dtype, peering: Peering, bootstrap_timeout=5.0):
         self.pool = KVPool(*SHAPE, dtype)
-        self.t = KVTransport(self.pool.tensor, role, HOST, None, bootstrap_timeout, 5.0,
+        self.t = KVTransport(self.pool.storage, role, HOST, None, bootstrap_timeout, 5.0,
                              peering=peering)
         self.events: list = []
 

@@ -135,13 +135,13 @@ def test_misuse_raises_clear_errors(pair):
     with pytest.raises(ValueError, match="outside the registered KV pool"):
         pre.transport.add_prefill(1, [(dec.pool.data_ptr, 64)], 1, "r")
     with pytest.raises(ValueError, match="role must be one of"):
-        KVTransport(pre.pool.tensor, "both", HOST, None, 1.0, 1.0)
+        KVTransport(pre.pool.storage, "both", HOST, None, 1.0, 1.0)
     with pytest.raises(ValueError, match="transfer_timeout must be a positive"):
-        KVTransport(pre.pool.tensor, "decode", HOST, None, 1.0, 0)
+        KVTransport(pre.pool.storage, "decode", HOST, None, 1.0, 0)
     with pytest.raises(ValueError, match="contiguous"):
         KVTransport(torch.zeros(4, 4).t(), "decode", HOST, None, 1.0, 1.0)
     with pytest.raises(RuntimeError, match="cannot bind"):
-        KVTransport(dec.pool.tensor, "prefill", HOST, pre.transport.bootstrap_port, 1.0, 1.0)
+        KVTransport(dec.pool.storage, "prefill", HOST, pre.transport.bootstrap_port, 1.0, 1.0)
     pre.close()
     pre.close()  # idempotent
     assert pre.transport.poll(0.01) == []

@@ -86,6 +86,14 @@ def test_messages_round_trip_and_reject_bad_shapes():
 
 
 # --- prefill ----------------------------------------------------------------------------------
+def test_the_write_notifies_the_prefills_cache_hit():
+    side, nixl, _, _ = make_prefill()
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.add_prefill(7, RUNS, 42, "r", cached_tokens=480)
+    assert notif_decoder.decode(nixl.writes[0][3]) == KVNotif(room=7, first_token=42,
+                                                              cached_tokens=480)
+
+
 @pytest.mark.parametrize("prefill_first", [True, False])
 def test_prefill_writes_when_both_sides_present(prefill_first):
     side, nixl, server, events = make_prefill()

@@ -25,7 +25,7 @@ MODEL = ["--model-path", "/models/tiny"]
 class Side:
     def __init__(self, role: str, mode: str) -> None:
         self.pool = KVPool(*SHAPE, torch.float32)
-        self.t = KVTransport(self.pool.tensor, role, HOST, None, 2.0, 5.0,
+        self.t = KVTransport(self.pool.storage, role, HOST, None, 2.0, 5.0,
                              peering=Peering(ucx_error_handling=mode))
         self.events: list = []  # polled, not yet matched
 

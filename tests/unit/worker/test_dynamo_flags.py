@@ -224,11 +224,16 @@ async def test_the_kv_publisher_serves_the_local_indexer_the_card_advertises(mon
     monkeypatch.setattr(kv_events, "KvEventPublisher", Publisher)
     monkeypatch.setattr(kv_events, "WorkerMetricsPublisher", Metrics)
     publishing = kv_events.KvPublishing()
-    await publishing.start(object(), SimpleNamespace(kv_events_over_zmq=over_zmq),
+    backend = SimpleNamespace(kv_events_over_zmq=over_zmq, kv_event_dp_ranks=lambda e: range(2),
+                              kv_used_blocks=lambda engine, page: None)
+    await publishing.start(object(), backend,
                            SimpleNamespace(set_kv_event_listener=lambda relay: None), 16,
                            '{"publisher": "zmq", "endpoint": "tcp://*:5557"}', local_indexer=True)
     publishing.close()
-    assert made[0]["enable_local_indexer"] is True
+    assert made and all(kw["enable_local_indexer"] is True for kw in made)
+    if over_zmq:  # as 1.6.1: one relay per local DP rank, from the port SGLang gives that rank
+        assert [(kw["dp_rank"], kw["zmq_endpoint"]) for kw in made] == [
+            (0, "tcp://127.0.0.1:5557"), (1, "tcp://127.0.0.1:5558")]
 
 
 def test_text_mode_refuses_what_only_the_frontend_applies(tmp_path):

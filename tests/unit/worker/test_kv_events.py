@@ -3,6 +3,8 @@ holding (chained hashes, whole pages, parents), the engine reports its load, and
 relay hands both to Dynamo's publishers with page size = block size."""
 
 import asyncio
+import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +12,7 @@ import torch
 from components.engine.api.engine import CpuEngine
 from components.engine.kv.pool import KVPool
 from components.engine.kv.prefix_cache import PrefixCache
-from components.worker.kv_events import EngineKvRelay, kv_events_enabled, sglang_zmq_endpoint
+from components.worker.kv_events import EngineKvRelay, kv_events_enabled, sglang_zmq_endpoints
 from tests.support.engine_helpers import random_prompt
 
 PAGE = 4
@@ -134,21 +136,62 @@ def test_bad_kv_events_config_is_a_startup_error():
     with pytest.raises(SystemExit, match="JSON object"):
         kv_events_enabled("{not json")
     with pytest.raises(SystemExit, match="tcp://host:port"):
-        sglang_zmq_endpoint('{"publisher": "zmq", "endpoint": "ipc:///tmp/x"}')
-    assert sglang_zmq_endpoint('{"endpoint": "tcp://*:5557"}') == "tcp://127.0.0.1:5557"
+        sglang_zmq_endpoints('{"publisher": "zmq", "endpoint": "ipc:///tmp/x"}', range(1))
+    with pytest.raises(SystemExit, match="no 'endpoint'"):
+        sglang_zmq_endpoints('{"publisher": "zmq"}', range(1))
 
 
-@pytest.mark.parametrize("mode, publishes", [("null", True), ("decode", False),
-                                             ("prefill", False)])
-def test_only_aggregated_cpu_workers_publish_and_the_engine_never_sees_the_flag(
-        monkeypatch, mode, publishes):
+@pytest.mark.parametrize("endpoint, ranks, expected", [
+    ("tcp://*:5557", range(1), [(0, "tcp://127.0.0.1:5557")]),
+    # SGLang's scheduler of DP rank r binds port + r (ZmqEventPublisher.offset_endpoint_port).
+    ("tcp://*:5557", range(3), [(0, "tcp://127.0.0.1:5557"), (1, "tcp://127.0.0.1:5558"),
+                                (2, "tcp://127.0.0.1:5559")]),
+    ("tcp://0.0.0.0:6000", range(2, 4), [(2, "tcp://127.0.0.1:6002"),
+                                         (3, "tcp://127.0.0.1:6003")]),
+    ("tcp://10.1.2.3:7000", range(2), [(0, "tcp://10.1.2.3:7000"), (1, "tcp://10.1.2.3:7001")]),
+    ("tcp://[::1]:7000", range(2), [(0, "tcp://[::1]:7000"), (1, "tcp://[::1]:7001")]),
+])
+def test_each_dp_rank_is_relayed_from_the_port_sglang_offsets_it_to(endpoint, ranks, expected):
+    config = json.dumps({"publisher": "zmq", "endpoint": endpoint})
+    assert sglang_zmq_endpoints(config, ranks) == expected
+
+
+def test_the_endpoints_agree_with_sglangs_own_offset_rule():
+    offset = pytest.importorskip("sglang.srt.disaggregation.kv_events").ZmqEventPublisher \
+        .offset_endpoint_port
+    config = json.dumps({"publisher": "zmq", "endpoint": "tcp://127.0.0.1:5557"})
+    assert sglang_zmq_endpoints(config, range(4)) == [
+        (r, offset("tcp://127.0.0.1:5557", r)) for r in range(4)]
+
+
+@pytest.mark.parametrize("args, ranks", [
+    ({}, range(1)),
+    ({"dp_size": 4}, range(4)),  # pure DP: every replica on this node
+    ({"dp_size": 4, "nnodes": 2, "node_rank": 1}, range(4)),  # pure DP is single-node
+    ({"dp_size": 4, "enable_dp_attention": True, "nnodes": 2, "node_rank": 1}, range(2, 4)),
+    ({"dp_size": 1, "enable_dp_attention": True, "nnodes": 2}, range(1)),
+])
+def test_the_local_dp_ranks_follow_dynamo_1_6_1(args, ranks):
+    from components.backends.sglang import local_dp_ranks
+
+    assert local_dp_ranks(SimpleNamespace(**args)) == ranks
+
+
+@pytest.mark.parametrize("mode, orchestrator, publishes", [
+    ("null", "decode", True), ("prefill", "frontend", True),  # the workers a KV router reads
+    ("decode", "frontend", False), ("decode", "decode", False),  # no prefix cache
+    ("prefill", "decode", False),  # registers no model
+])
+def test_aggregated_and_routed_prefill_workers_publish_and_the_engine_never_sees_the_flag(
+        monkeypatch, mode, orchestrator, publishes):
     from components.backends import select as backend_select
     from components.worker.config import parse_args
     from components.worker.main import publishes_kv_events
 
     monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     cfg = parse_args(["--engine", "cpu", "--model-path", "/models/tiny", "--disaggregation-mode",
-                      mode, "--kv-events-config", '{"publisher": "zmq"}'])
+                      mode, "--disagg-orchestrator", orchestrator, "--skip-tokenizer-init",
+                      "--kv-events-config", '{"publisher": "zmq"}'])
     assert publishes_kv_events(cfg) is publishes
     assert "kv_events_config" not in cfg.engine_args
 

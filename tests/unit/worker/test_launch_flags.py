@@ -62,7 +62,9 @@ def test_disagg_worker_lines_parse_with_real_sglang_server_args(tiny_model_path,
         assert server_args.disaggregation_mode == role
         assert server_args.disaggregation_transfer_backend == "nixl"
         assert server_args.disaggregation_bootstrap_port == 12345
-        assert server_args.skip_tokenizer_init is (tokens == "--skip-tokenizer-init")
+        assert ns.skip_tokenizer_init is (tokens == "--skip-tokenizer-init")  # the mode
+        # Tokens mode keeps SGLang's tokenizer for its grammar backend (sglang_engine.py)
+        assert server_args.skip_tokenizer_init is False
         assert server_args.incremental_streaming_output is True
         assert server_args.page_size == 16
     if engine == "--gpu":

@@ -1,32 +1,50 @@
-"""`components/worker/loop_lag.py`: a loop held by a blocking call shows up as lag; stopping ends it."""
+"""`components/worker/loop_lag.py`: no timer while idle; with a request in flight, a loop held by
+a blocking call shows up as lag; the last request's end and `stop` end the sampling."""
 
 import asyncio
 import time
 
 from components.worker.loop_lag import LoopLagMonitor
 
+PERIOD_S = 0.002
 
-def test_a_blocked_loop_is_seen_and_an_idle_one_is_not():
+
+async def wait_for_samples(lags: list[float], count: int) -> None:
+    for _ in range(500):  # bounded: 1 s
+        if len(lags) >= count:
+            return
+        await asyncio.sleep(PERIOD_S)
+    raise AssertionError(f"{len(lags)} samples, expected {count}")
+
+
+def test_samples_only_while_requests_are_in_flight():
     lags: list[float] = []
 
     async def run() -> None:
-        monitor = LoopLagMonitor(lags.append, period_s=0.002)
+        monitor = LoopLagMonitor(lags.append, period_s=PERIOD_S, draw=lambda: 0.5)
         monitor.start()
-        for _ in range(200):  # bounded: a few ticks first
-            if len(lags) >= 3:
-                break
-            await asyncio.sleep(0.002)
-        idle = list(lags)
+        await asyncio.sleep(20 * PERIOD_S)
+        assert lags == []  # idle: the sampler never woke
+        monitor.request_started()
+        monitor.request_started()
+        await wait_for_samples(lags, 3)
+        before = len(lags)
         time.sleep(0.05)  # holds the loop, as a tokenization on the loop would
-        for _ in range(200):
-            if len(lags) > len(idle):
-                break
-            await asyncio.sleep(0.002)
-        await monitor.stop()
-        assert len(idle) >= 3
-        assert max(lags[len(idle):]) >= 0.03  # the ticker woke at least 30 ms late
+        await wait_for_samples(lags, before + 1)
+        assert max(lags[before:]) >= 0.03  # the sample woke at least 30 ms late
+        monitor.request_finished()
+        await wait_for_samples(lags, len(lags) + 1)  # one request still in flight
+        monitor.request_finished()
+        await asyncio.sleep(3 * PERIOD_S)  # a sleep already under way may still end
         count = len(lags)
-        await asyncio.sleep(0.01)
-        assert len(lags) == count  # stopped: no more wake-ups
+        await asyncio.sleep(20 * PERIOD_S)
+        assert len(lags) == count  # idle again: no more wake-ups
+        monitor.request_started()
+        await wait_for_samples(lags, count + 1)
+        await monitor.stop()
+        count = len(lags)
+        await asyncio.sleep(10 * PERIOD_S)
+        assert len(lags) == count  # stopped
 
     asyncio.run(asyncio.wait_for(run(), 10))
+

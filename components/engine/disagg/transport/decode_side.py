@@ -211,7 +211,7 @@ class DecodeSide:
             self._release(r)
         else:
             del self._rooms[r.room]
-            self._emit(KVArrived(r.room, notif.first_token, notif.logprob))
+            self._emit(KVArrived(r.room, notif.first_token, notif.logprob, notif.cached_tokens))
 
     # --- endings ------------------------------------------------------------------------------
     def _fail(self, r: _Room, message: str, kind: FailureKind) -> None:

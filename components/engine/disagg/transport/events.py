@@ -40,6 +40,7 @@ class KVArrived:
     room: int
     first_token: int
     logprob: FirstLogprob | None = None  # when the request asked for logprobs
+    cached_tokens: int = 0  # prompt tokens the prefill served from its prefix cache
 
 
 @dataclass(frozen=True)

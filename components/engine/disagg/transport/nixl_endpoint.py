@@ -19,11 +19,13 @@ UCX refuses to connect endpoints whose modes differ, so the Hello carries the mo
 No UCX environment is set here: on one host UCX's own choice already moves the WRITE with its
 ``cma`` transport and only the notification over tcp (``UCX_PROTO_INFO=y``: put "zero-copy
 cma/memory" at every size, active messages "tcp/lo"). ``cma`` makes one ``process_vm_writev``
-per descriptor (strace: 64 calls of one iovec each for a 64-run room), which is what bounds a
-WRITE here; ``UCX_TLS=cma,tcp,self`` measured the same bandwidth, shared-memory-only choices
-fail to create the backend, ``NIXL_UCX_SGL_ENABLE=1`` gained nothing, and a user's ``UCX_TLS`` /
-``UCX_NET_DEVICES`` (other hosts, RDMA) stays theirs. The pool's huge pages (``host_memory.py``)
-make each of those kernel copies cheaper.
+per descriptor *segment*: UCX cuts each descriptor into ``CMA_SEG_SIZE`` pieces (512 KiB by
+default; strace: 16 calls for an 8 MiB descriptor, 64 for a 64-run room), which is what bounds
+a WRITE here. The backend is created with ``CMA_SEG_SIZE=1g`` (NIXL's ``engine_config``, this
+context only): one call per descriptor. ``UCX_TLS=cma,tcp,self`` measured the same bandwidth,
+shared-memory-only choices fail to create the backend, ``NIXL_UCX_SGL_ENABLE=1`` gained nothing,
+and a user's ``UCX_TLS`` / ``UCX_NET_DEVICES`` (other hosts, RDMA) stays theirs. The pool's huge
+pages (``host_memory.py``) make each of those kernel copies cheaper.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import torch
 from components.engine.disagg.transport.runs import Run, check_within
 
 logger = logging.getLogger(__name__)
+
+# UCX's cma segment: the most one process_vm_writev moves of a descriptor (UCX default 512k).
+CMA_SEG_SIZE = "1g"
 
 
 def _nixl_errors() -> tuple[type[BaseException], ...]:
@@ -51,7 +56,8 @@ def _nixl_errors() -> tuple[type[BaseException], ...]:
 class NixlEndpoint:
     """The process's NIXL agent plus the registered pool; used on one thread only."""
 
-    def __init__(self, name: str, pool: torch.Tensor, ucx_error_handling: str = "none") -> None:
+    def __init__(self, name: str, pool: torch.Tensor, ucx_error_handling: str = "none",
+                 cma_seg_size: str | None = CMA_SEG_SIZE) -> None:
         if not isinstance(pool, torch.Tensor) or not pool.is_cpu:
             raise ValueError("the KV pool must be a CPU torch tensor")
         if not pool.is_contiguous() or pool.numel() == 0:
@@ -64,7 +70,10 @@ class NixlEndpoint:
                                    backends=[])
         self._agent = nixl_agent(name, config)
         try:
-            self._agent.create_backend("UCX", {"ucx_error_handling_mode": ucx_error_handling})
+            params = {"ucx_error_handling_mode": ucx_error_handling}
+            if cma_seg_size:  # None: UCX's default segment
+                params["engine_config"] = f"CMA_SEG_SIZE={cma_seg_size}"
+            self._agent.create_backend("UCX", params)
         except self.errors as exc:
             raise RuntimeError(f"NIXL could not create its UCX backend ({exc}); KV transfer "
                                "is impossible") from exc

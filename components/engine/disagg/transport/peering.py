@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from components.engine.disagg.transport.nixl_endpoint import CMA_SEG_SIZE
 from protocol.kv_side_channel import KVLayout
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ class Peering:
     layout: KVLayout | None = None  # None: no layout check (tests, benchmarks)
     secret: bytes | None = field(default=None, repr=False)  # None: no authentication
     ucx_error_handling: str = "none"  # NIXL's ucx_error_handling_mode (nixl_endpoint.py)
+    # Local only (peers need not agree): UCX's cma segment, None for UCX's 512k (nixl_endpoint.py)
+    ucx_cma_seg_size: str | None = CMA_SEG_SIZE
 
 
 def model_id(model_path: str) -> str:
@@ -50,6 +53,6 @@ def engine_peering(cfg, pool) -> Peering:
     layout = KVLayout(dtype=str(pool.tensor.dtype).removeprefix("torch."),
                       num_layers=pool.num_layers, num_kv_heads=pool.num_kv_heads,
                       head_dim=pool.head_dim, page_size=pool.page_size,
-                      model_id=model_id(cfg.model_path))
+                      model_id=model_id(cfg.model_path), order=pool.layout)
     secret = cfg.kv_side_channel_secret
     return Peering(layout, secret.encode() if secret else None, cfg.kv_ucx_error_handling)

@@ -95,7 +95,7 @@ class PrefillSide:
 
     # --- engine calls -------------------------------------------------------------------------
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
-                    logprob: FirstLogprob | None = None) -> None:
+                    logprob: FirstLogprob | None = None, cached_tokens: int = 0) -> None:
         if self._writes.get(room) is not None:
             raise ValueError(f"room {room} is already being transferred")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
@@ -104,7 +104,7 @@ class PrefillSide:
             self._emit(TransferFailed(room, tomb.message, tomb.kind))
             return
         r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic(),
-                        logprob=logprob)
+                        logprob=logprob, cached_tokens=int(cached_tokens))
         self._writes.add(r)
         r.reg = self._take_registration(room)
         if r.reg is not None:

@@ -70,11 +70,11 @@ class PrefillTransport(TransportBase):
         return self._side.totals
 
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
-                    logprob: FirstLogprob | None = None) -> None:
+                    logprob: FirstLogprob | None = None, cached_tokens: int = 0) -> None:
         self._require_open()
         # Read pending messages first: a decode abort that already arrived must win over a WRITE.
         self._service(0.0)
-        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob)
+        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob, cached_tokens)
 
     def _channel(self) -> BootstrapServer | None:
         return self._server

@@ -55,6 +55,7 @@ class PrefillRoom:
     holding_since: float | None = None  # the WRITE timed out and NIXL would not release it
     nbytes: int = 0  # what the WRITE moves
     logprob: FirstLogprob | None = None  # the first token's, when the request asked for them
+    cached_tokens: int = 0  # prompt tokens this prefill served from its prefix cache
 
     def give_up(self, message: str, kind: FailureKind) -> None:
         """Its WRITE is in flight: report the first reason it was given up once it settles."""
@@ -126,7 +127,8 @@ class PrefillWrites:
         reg = r.reg
         try:
             src, dst = coalesce(*pair_runs(r.runs, reg.runs))
-            notif = encode(KVNotif(room=r.room, first_token=r.first_token, logprob=r.logprob))
+            notif = encode(KVNotif(room=r.room, first_token=r.first_token, logprob=r.logprob,
+                                   cached_tokens=r.cached_tokens))
             r.handle, state = self._nixl.write(reg.agent, src, dst, notif)
         except (ValueError, *self._nixl.errors) as exc:
             logger.warning("room %s (rid %s): KV WRITE not started: %s", r.room, r.rid, exc)

@@ -10,7 +10,8 @@ Created, used and closed on the engine thread only; nothing here blocks longer t
 - decode, per room, connects to that server (one DEALER per prefill, ``hello`` with its NIXL
   agent metadata once per peer) and registers the room's destination runs;
 - once the prefill has both the room's local KV (``add_prefill``) and the registration, in either
-  order, it posts one NIXL WRITE carrying a notification ``{room, first_token, logprob?}`` (msgpack);
+  order, it posts one NIXL WRITE carrying a notification
+  ``{room, first_token, logprob?, cached_tokens?}`` (msgpack);
 - decode's ``poll`` sees the notification: ``KVArrived``; prefill's ``poll`` sees DONE:
   ``TransferDone``.
 
@@ -103,7 +104,8 @@ class TransportBase:
         self._closed = False
         self._side: PrefillSide | DecodeSide | None = None
         name = agent_name or f"{self.role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._nixl = NixlEndpoint(name, pool, peering.ucx_error_handling)
+        self._nixl = NixlEndpoint(name, pool, peering.ucx_error_handling,
+                                  peering.ucx_cma_seg_size)
         self._ctx = zmq.Context()
         self._poller = zmq.Poller()
 
@@ -150,7 +152,7 @@ class TransportBase:
     # One side's calls, made on the other side's transport, fail clearly (each side overrides
     # its own): the engine holds a transport of either side.
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
-                    logprob: FirstLogprob | None = None) -> None:
+                    logprob: FirstLogprob | None = None, cached_tokens: int = 0) -> None:
         self._wrong_side("add_prefill", "prefill")
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,

@@ -1,0 +1,84 @@
+"""The aiperf benchmark's arms: each a `python -m dynamo.frontend` with its workers, in a run
+directory and discovery directory of its own.
+
+- agg, disagg: this worker on its CPU engine (benchmarks/serving_arms.py's topologies);
+- agg-sglang, disagg-sglang: this worker on the real `sglang.Engine` (`--engine sglang`);
+- dynamo-sglang: Dynamo 1.6.1's own SGLang worker (`python -m dynamo.sglang`), aggregated.
+The SGLang arms run SGLang's CPU path with the test stand-ins (harness/topology.py's
+`engine_env`), with the same engine flags for this worker and 1.6.1's, given explicitly so neither
+worker's defaults decide them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from benchmarks.serving_arms import spawn_topology
+from harness.topology import Stack, free_port
+
+ARMS = ("agg", "disagg", "agg-sglang", "disagg-sglang", "dynamo-sglang")
+CPU_ARMS = ("agg", "disagg")
+# Sized for concurrency 8 of 256 + 32 tokens (plus the chat template) with room to spare.
+SGLANG_FLAGS = ("--skip-tokenizer-init", "--page-size", "16", "--max-total-tokens", "8192",
+                "--context-length", "2048", "--max-running-requests", "8", "--host", "127.0.0.1",
+                "--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
+                "--dtype", "float32", "--log-level", "warning")
+DISAGG = ("--disaggregation-transfer-backend", "nixl")
+READY_S = 300.0  # several SGLang workers starting at once on 2 cores
+
+
+def _spawn_sglang(name: str, model_path: str, served: str) -> Stack:
+    stack = Stack(Path(tempfile.mkdtemp(prefix=f"aiperf-{name}-")), model_path,
+                  namespace=f"aiperf{name.replace('-', '')}")
+    stack.start_frontend()
+    if name == "dynamo-sglang":
+        stack.start_dynamo_sglang("worker", "--served-model-name", served, *SGLANG_FLAGS)
+    elif name == "agg-sglang":
+        stack.start_worker("worker", "null", served, *SGLANG_FLAGS, engine="sglang")
+    else:
+        stack.start_worker("prefill", "prefill", served, *SGLANG_FLAGS, *DISAGG,
+                           "--disaggregation-bootstrap-port", str(free_port()), engine="sglang")
+        stack.start_worker("decode", "decode", served, *SGLANG_FLAGS, *DISAGG, engine="sglang")
+    return stack
+
+
+class AiperfArms:
+    """Started arms by name; `worker_pids(name)` are the roots of its workers' process trees."""
+
+    def __init__(self, arms: list[str], model_path: str, keep_logs: bool) -> None:
+        self.names, self.model_path, self.keep_logs = arms, model_path, keep_logs
+        self.served = Path(model_path).name
+        self.stacks: dict[str, Stack] = {}
+
+    def start(self) -> None:
+        # Spawn every arm first so their start-ups overlap, then wait for each.
+        try:
+            for name in self.names:
+                self.stacks[name] = (
+                    spawn_topology(name, self.model_path, self.served, True) if name in CPU_ARMS
+                    else _spawn_sglang(name, self.model_path, self.served))
+            for stack in self.stacks.values():
+                # The probe: a decode worker is listed before it has found its prefill peer.
+                stack.wait_ready(self.served, timeout=READY_S, probe=True)
+        except BaseException:
+            self.keep_logs = True  # the error points at them
+            raise
+
+    def url(self, name: str) -> str:
+        return self.stacks[name].url
+
+    def worker_pids(self, name: str) -> list[int]:
+        return [p.popen.pid for n, p in self.stacks[name].procs.items() if n != "frontend"]
+
+    def stop(self) -> list[str]:
+        """Stop every arm; the run directories kept (their logs), if any."""
+        kept = []
+        for stack in self.stacks.values():
+            stack.stop()
+            if self.keep_logs:
+                kept.append(str(stack.workdir))
+            else:
+                shutil.rmtree(stack.workdir, ignore_errors=True)
+        return kept

@@ -1,0 +1,34 @@
+"""The docs page's prose for the aiperf benchmark (benchmarks/bench_aiperf.py)."""
+
+AIPERF = """\
+`python -m benchmarks.bench_aiperf`: NVIDIA's own load generator, `aiperf profile` 0.13
+(installed by `make bench` into `.venv-aiperf`, apart from the project's pins), against five
+arms, each `python -m dynamo.frontend` with its workers, `tiny` model, all started once and
+measured in rotated order per repetition:
+
+- **agg**, **disagg**: this worker on its CPU engine (aggregated; prefill + decode over NIXL);
+- **agg-sglang**, **disagg-sglang**: this worker on the real `sglang.Engine` (`--engine sglang`,
+  SGLang's CPU path with the test stand-ins);
+- **dynamo-sglang**: Dynamo 1.6.1's own `python -m dynamo.sglang`, aggregated, with the same
+  engine flags (`--page-size 16 --max-total-tokens 8192 --context-length 2048
+  --max-running-requests 8 --device cpu --attention-backend torch_native --disable-cuda-graph
+  --dtype float32 --skip-tokenizer-init`): the reference every ratio is taken against.
+
+Load, all aiperf's: synthetic chat prompts of 256 tokens, 32 output tokens (`ignore_eos`),
+streamed, concurrency 8, a warm-up of 8 requests, then the measured requests; token counts from
+the server's `usage` (`--use-server-token-count`). Output tok/s, TTFT and ITL percentiles (aiperf's
+ITL: a request's decode time over its tokens after the first) are read from aiperf's JSON export.
+Worker CPU per output token: every process of the arm's workers (with SGLang's scheduler
+processes) sampled from `/proc` every 100 ms, cut to aiperf's measured phase, over its output
+tokens. The goals compare agg-sglang with dynamo-sglang (the same engine). The size knob:
+`BENCH_AIPERF_REQUESTS` (measured requests per run; `make bench` 64, `--quick` 16).
+
+Noise: on this shared 2-core machine a single `--quick` run decides nothing. Two of them on
+2026-12-03, while other engineers' tests ran (load averages up to 21 and 29), gave agg-sglang
+2.22x and 0.61x dynamo-sglang's tok/s; the line above the table says how loaded the machine was.
+The goals wait for `make bench` (3 runs of 64 requests) on an idle machine. Not yet explained:
+on the CPU-engine disagg arm aiperf sees ITLs near 0 ms, each response in about one HTTP read
+(aiperf's `http_req_chunks_received` p50 1). 8 concurrent streams of a plain client against the
+same topology show it too: some requests get all 25-30 content chunks within 1 ms, hundreds of
+ms after sending (alone, a request's chunks arrive over about 60 ms).
+"""

@@ -1,0 +1,109 @@
+"""benchmarks/aiperf_report.py on a recorded aiperf 0.13 export (trimmed to the metrics read, from
+a smoke run of benchmarks/bench_aiperf.py against dynamo.sglang), the ratios to dynamo.sglang and
+the goals they decide; plus the CPU window cut of benchmarks/proc_tree_cpu.py."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks.aiperf_report import (
+    REFERENCE, add_worker_cpu, headline, integrity_problems, load_export, parse_export,
+    ratios_to_reference, table, workload,
+)
+from benchmarks.goals import aiperf_parity
+from benchmarks.proc_tree_cpu import cpu_between, descendants, process_cpu_s
+
+SAMPLE = Path(__file__).with_name("aiperf_export_sample.json")
+
+
+def sample() -> dict:
+    return json.loads(SAMPLE.read_text())
+
+
+def test_parse_export_picks_aiperfs_metrics_and_phase_bounds():
+    m = parse_export(sample())
+    assert m["output_tok_per_s"] == pytest.approx(298.1506357)
+    assert (m["ttft_p50_ms"], m["ttft_p90_ms"], m["ttft_p99_ms"]) == (70.672, 77.658, 78.338)
+    assert (m["itl_p50_ms"], m["itl_p90_ms"], m["itl_p99_ms"]) == (17.177, 28.535, 28.562)
+    assert (m["completed"], m["output_tokens"], m["errors"]) == (16, 512, 0)
+    assert m["complete"] is True
+    assert m["end_s"] - m["start_s"] == pytest.approx(1.717253, abs=1e-5)
+
+
+def test_missing_metric_is_nan_and_a_cancelled_run_is_not_complete(tmp_path):
+    data = sample()
+    del data["inter_token_latency"]
+    data["was_cancelled"] = True
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(data))
+    m = load_export(tmp_path)
+    assert m["itl_p50_ms"] != m["itl_p50_ms"]
+    assert m["complete"] is False
+
+
+def _arm(tok_s: float, ttft: float, cpu_s: float) -> dict:
+    m = parse_export(sample())
+    m.update(output_tok_per_s=tok_s, ttft_p50_ms=ttft)
+    return add_worker_cpu(m, cpu_s)
+
+
+def test_worker_cpu_per_token_and_ratios_to_dynamo_sglang():
+    medians = {REFERENCE: _arm(300.0, 70.0, 1.024), "agg-sglang": _arm(330.0, 63.0, 0.512)}
+    assert medians[REFERENCE]["worker_cpu_us_per_token"] == pytest.approx(2000.0)
+    r = ratios_to_reference(medians)
+    assert set(r) == {"agg-sglang"}
+    assert r["agg-sglang"]["output_tok_per_s"] == pytest.approx(1.1)
+    assert r["agg-sglang"]["ttft_p50"] == pytest.approx(0.9)
+    assert r["agg-sglang"]["worker_cpu_per_token"] == pytest.approx(0.5)
+    _, rows = table(medians, r)
+    assert rows[0][0] == REFERENCE and rows[0][-3:] == [1.0, 1.0, 1.0]
+    assert rows[1][-3:] == pytest.approx([1.1, 0.9, 0.5])
+    assert ratios_to_reference({"agg": medians["agg-sglang"]}) == {}
+
+
+@pytest.mark.parametrize("ratios,met", [
+    ({"output_tok_per_s": 1.1, "ttft_p50": 0.9, "worker_cpu_per_token": 0.5}, [True] * 3),
+    ({"output_tok_per_s": 0.9, "ttft_p50": 1.2, "worker_cpu_per_token": 0.85}, [False] * 3),
+])
+def test_goals_are_met_by_the_measured_ratios(ratios, met):
+    goals = aiperf_parity(lambda name: {"ratios": {"agg-sglang": ratios}})
+    assert [g.met for g in goals] == met
+    assert [g.met for g in aiperf_parity(lambda name: None)] == [None] * 3
+
+
+def test_docs_lines_carry_the_ratios_the_commands_and_the_load():
+    data = {"ratios": {"agg-sglang": {"output_tok_per_s": 1.1, "ttft_p50": 0.9,
+                                      "worker_cpu_per_token": 0.5}},
+            "integrity_problems": [], "command": "python -m benchmarks.bench_aiperf --quick",
+            "aiperf_command": "aiperf profile --concurrency 8",
+            "config": {"model_path": "/m/tiny-seed0", "input_tokens": 256, "output_tokens": 32,
+                       "concurrency": 8, "requests": 16},
+            "machine": {"loadavg_1m_at_start": 2.5},
+            "runs": {"agg": [{"loadavg_1m": 3.0}, {"loadavg_1m": 9.25}]}}
+    lines = headline(data)
+    assert lines[0].startswith("agg-sglang / dynamo-sglang: output tok/s **1.10x**")
+    assert "`python -m benchmarks.bench_aiperf --quick`" in lines[-1]
+    assert "`aiperf profile --concurrency 8`" in lines[-1]
+    assert workload(data).endswith("load average 2.5 at start, up to 9.2 after its aiperf runs")
+
+
+def test_integrity_flags_short_or_failed_runs():
+    ok = parse_export(sample())
+    short = dict(ok, completed=15.0, errors=1)
+    assert integrity_problems({"a": [ok]}, 16) == []
+    assert integrity_problems({"a": [ok, short]}, 16) == ["a run 1: 15/16 completed, 1 error kinds"]
+
+
+def test_cpu_between_interpolates_the_window():
+    samples = [(10.0, 1.0), (11.0, 2.0), (12.0, 4.0)]
+    assert cpu_between(samples, 10.5, 11.5) == pytest.approx(1.5)
+    assert cpu_between(samples, 9.0, 13.0) == pytest.approx(3.0)  # clamped to the series
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_own_tree_is_found_and_burns_cpu():
+    assert os.getpid() in descendants([os.getppid()])
+    before = process_cpu_s(os.getpid())
+    sum(i * i for i in range(200_000))
+    assert process_cpu_s(os.getpid()) > before
