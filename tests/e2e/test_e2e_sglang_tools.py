@@ -24,7 +24,8 @@ from tests.support.tool_calls import (
     assert_enum_call, call_text, collect_stream, forced, reasoning_and_content,
 )
 from tests.support.topologies import (
-    DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, SGLANG_ENGINE_ARGS, start_sglang_decode,
+    DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, SGLANG_AGG_ARGS, SGLANG_ENGINE_ARGS,
+    start_sglang_decode,
     start_sglang_prefill,
 )
 
@@ -60,7 +61,7 @@ def stack(tmp_path_factory):
         start_sglang_decode(stack, "sglang", False, DECODE_ORCHESTRATED, NATIVE_PARSER_ARGS)
         for name, served, tokens, parsers in (("agg", AGG, False, NATIVE_PARSER_ARGS),
                                               ("tokens", TOKENS, True, DYN_PARSER_ARGS)):
-            stack.start_worker(name, "null", served, *SGLANG_ENGINE_ARGS, *parsers,
+            stack.start_worker(name, "null", served, *SGLANG_AGG_ARGS, *parsers,
                                "--endpoint", f"dyn://dynamo.sglang_{name}.generate",
                                skip_tokenizer_init=tokens, engine="sglang")
         start_tokens_disagg(stack)

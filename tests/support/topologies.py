@@ -93,6 +93,13 @@ SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-toke
                       "--max-running-requests", "32", "--constrained-json-max-whitespace-cnt", "1")
 
 
+# Aggregated SGLang workers sleep while idle (SGLang's --sleep-on-idle): on its CPU path an idle
+# scheduler polls at about 0.4 cores, and a test module holds several engines on two cores. Not
+# prefill and decode workers: their schedulers would sleep while a room's KV transfer is pending
+# too (SGLang polls its sockets for up to 1 s there), adding up to a second to each request.
+SGLANG_AGG_ARGS = (*SGLANG_ENGINE_ARGS, "--sleep-on-idle")
+
+
 def _sglang_disagg_args(orchestrator: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     return ("--disaggregation-transfer-backend", "nixl", "--disagg-orchestrator", orchestrator,
             *extra)
@@ -133,7 +140,7 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
             start_sglang_prefill(stack, "prefill", skip_tokenizer_init, orchestrator, extra)
             start_sglang_decode(stack, "sglang", skip_tokenizer_init, orchestrator, extra)
         else:
-            stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint, *extra,
+            stack.start_worker("sglang", "null", SGLANG, *SGLANG_AGG_ARGS, *endpoint, *extra,
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
         if with_agg:
             stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
