@@ -230,7 +230,8 @@ disaggregate"). Same workload and model as the first table.
 IDLE_CPU = """\
 `python -m benchmarks.bench_idle_cpu`: each worker registered behind its own frontend, probed
 with one request, then left alone; the CPU its own process (event loop, Dynamo's runtime
-threads, the CPU engine's thread) and its whole process tree use, in cores, over a 20 s window.
+threads, the CPU engine's thread) and its whole process tree use, in cores, over `--window`
+seconds (20 in `make bench`; the run's own is `window_s` in `idle_cpu.json`).
 `sglang` and `dynamo-sglang` have SGLang's scheduler and detokenizer processes as children (on
 SGLang's CPU path its scheduler polls while idle); `floor` is the Python worker that only streams
 (its shared step clock keeps ticking while idle). The worker samples its loop lag only while
