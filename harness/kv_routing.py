@@ -12,8 +12,10 @@ a request on either engine."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -43,17 +45,13 @@ def start_kv_routed(workdir: Path, model_path: str, served: str, router_mode: st
     `wait` is False. On a failed start the logs are printed and the stack stopped."""
     _check_mode(router_mode)
     stack = Stack(workdir, model_path, namespace=namespace)
-    try:
+    with _stopped_on_failure(stack, "the KV-routed stack"):
         stack.start_frontend("--router-mode", router_mode)
         for name in WORKERS:
             stack.start_worker(name, "null", served, *engine_args,
                                "--kv-events-config", KV_EVENTS)
         if wait:
             wait_ready(stack, served)
-    except BaseException:
-        logger.error("the KV-routed stack did not start:\n%s", stack.logs())
-        stack.stop()
-        raise
     return stack
 
 
@@ -65,7 +63,7 @@ def start_kv_routed_disagg(workdir: Path, model_path: str, served: str, router_m
     _check_mode(router_mode)
     stack = Stack(workdir, model_path, namespace=namespace)
     disagg = ("--disagg-orchestrator", "frontend", "--disaggregation-transfer-backend", "nixl")
-    try:
+    with _stopped_on_failure(stack, "the KV-routed disaggregated stack"):
         stack.start_frontend("--router-mode", router_mode)
         for name in PREFILLS:  # default endpoints: $DYN_NAMESPACE.prefill / .backend
             stack.start_worker(name, "prefill", served, *engine_args, *disagg,
@@ -74,11 +72,18 @@ def start_kv_routed_disagg(workdir: Path, model_path: str, served: str, router_m
         stack.start_worker(DECODE, "decode", served, *engine_args, *disagg, engine=engine)
         if wait:
             wait_ready_disagg(stack, served)
+    return stack
+
+
+@contextlib.contextmanager
+def _stopped_on_failure(stack: Stack, what: str) -> Iterator[None]:
+    """A failed start logs the processes' output and stops what did start."""
+    try:
+        yield
     except BaseException:
-        logger.error("the KV-routed disaggregated stack did not start:\n%s", stack.logs())
+        logger.error("%s did not start:\n%s", what, stack.logs())
         stack.stop()
         raise
-    return stack
 
 
 def _check_mode(router_mode: str) -> None:

@@ -78,7 +78,6 @@ class CpuBackend:
     def kv_load(self, engine: Any, page_size: int) -> list[KvLoad] | None:
         if not callable(getattr(engine, "request_totals", None)):
             return None  # an attached process: the engine process reports its engine
-        total, totals = engine.kv_pages_total(), engine.request_totals()
-        hit = totals.cached_tokens / totals.prompt_tokens if totals.prompt_tokens else 0.0
-        return [KvLoad(dp_rank=0, total_blocks=total, hit_rate=hit,
+        total = engine.kv_pages_total()
+        return [KvLoad(dp_rank=0, total_blocks=total, hit_rate=engine.request_totals().hit_rate,
                        usage=engine.kv_pages_in_use() / total if total else 0.0)]

@@ -90,7 +90,7 @@ class SglangBackend:
         loads = sglang_compat.sglang_load_snapshots(engine)
         if loads is None:
             return None
-        return {int(load.dp_rank): -(-int(load.num_used_tokens) // page_size) for load in loads}
+        return {int(load.dp_rank): blocks(int(load.num_used_tokens), page_size) for load in loads}
 
     def kv_load(self, engine: Any, page_size: int) -> list[KvLoad] | None:
         """From the schedulers' load snapshots: 1.6.1 reports `token_usage` as the cache

@@ -116,7 +116,7 @@ class CpuSglangCollector:
         if callable(totals_of):
             t = totals_of()
             yield self._gauge("cache_hit_rate", "The prefix cache hit rate.",
-                              cache_hit_rate(t))
+                              t.hit_rate)
             streaming = {**self._tok, "is_streaming": STREAMING}
             yield self._counter("prompt_tokens", "Number of prefill tokens processed.",
                                 t.prompt_tokens, streaming)
@@ -138,11 +138,6 @@ class CpuSglangCollector:
         family = CounterMetricFamily(SGLANG_PREFIX + name, doc, labels=list(labels))
         family.add_metric(list(labels.values()), value)
         return family
-
-
-def cache_hit_rate(totals: Any) -> float:
-    """Prompt tokens served from the prefix cache / prompt tokens, over finished requests."""
-    return totals.cached_tokens / totals.prompt_tokens if totals.prompt_tokens else 0.0
 
 
 class SglangPassthrough:

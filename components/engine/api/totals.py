@@ -17,6 +17,11 @@ class Totals:
     generation_tokens: int = 0
     cached_tokens: int = 0      # prompt tokens served from the prefix cache
 
+    @property
+    def hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache / prompt tokens, 0.0-1.0."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
 
 class RequestTotals:
     def __init__(self) -> None:
