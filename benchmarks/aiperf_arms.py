@@ -3,7 +3,9 @@ directory and discovery directory of its own.
 
 - agg, disagg: this worker on its CPU engine (benchmarks/serving_arms.py's topologies);
 - agg-sglang, disagg-sglang: this worker on the real `sglang.Engine` (`--engine sglang`);
-- dynamo-sglang: Dynamo 1.6.1's own SGLang worker (`python -m dynamo.sglang`), aggregated.
+- dynamo-sglang, dynamo-sglang-disagg: Dynamo 1.6.1's own SGLang worker (`python -m
+  dynamo.sglang`), aggregated, and a prefill and a decode worker (frontend-orchestrated, the
+  only style 1.6.1 has).
 The SGLang arms run SGLang's CPU path with the test stand-ins (harness/topology.py's
 `engine_env`), with the same engine flags for this worker and 1.6.1's, given explicitly so neither
 worker's defaults decide them.
@@ -18,7 +20,7 @@ from pathlib import Path
 from benchmarks.serving_arms import spawn_topology
 from harness.topology import Stack, free_port
 
-ARMS = ("agg", "disagg", "agg-sglang", "disagg-sglang", "dynamo-sglang")
+ARMS = ("agg", "disagg", "agg-sglang", "disagg-sglang", "dynamo-sglang", "dynamo-sglang-disagg")
 CPU_ARMS = ("agg", "disagg")
 # Sized for concurrency 8 of 256 + 32 tokens (plus the chat template) with room to spare.
 SGLANG_FLAGS = ("--skip-tokenizer-init", "--page-size", "16", "--max-total-tokens", "8192",
@@ -35,6 +37,17 @@ def _spawn_sglang(name: str, model_path: str, served: str) -> Stack:
     stack.start_frontend()
     if name == "dynamo-sglang":
         stack.start_dynamo_sglang("worker", "--served-model-name", served, *SGLANG_FLAGS)
+    elif name == "dynamo-sglang-disagg":
+        for role in ("prefill", "decode"):
+            # This worker sets the decode's retraction backup itself on SGLang's CPU path (its
+            # host pool calls into CUDA); 1.6.1's must be given it. 1.6.1's prefill advertises
+            # SGLANG_HOST_IP (else the machine's address) as its bootstrap host, and SGLang's
+            # bootstrap server listens on --host only.
+            own = (("--disaggregation-bootstrap-port", str(free_port())) if role == "prefill"
+                   else ("--disaggregation-decode-retraction-backup", "none"))
+            stack.start_dynamo_sglang(role, "--served-model-name", served, *SGLANG_FLAGS,
+                                      *DISAGG, "--disaggregation-mode", role, *own,
+                                      SGLANG_HOST_IP="127.0.0.1")
     elif name == "agg-sglang":
         stack.start_worker("worker", "null", served, *SGLANG_FLAGS, engine="sglang")
     else:

@@ -17,6 +17,8 @@ from benchmarks.common import fmt, ratio
 
 EXPORT_NAME = "profile_export_aiperf.json"
 REFERENCE = "dynamo-sglang"
+DISAGG_REFERENCE = "dynamo-sglang-disagg"
+REFERENCES = (REFERENCE, DISAGG_REFERENCE)
 PERCENTILES = ("p50", "p90", "p99")
 # Metric key in our dicts -> (aiperf metric, statistic).
 PICKS = {
@@ -66,17 +68,28 @@ def add_worker_cpu(metrics: dict[str, Any], cpu_s: float) -> dict[str, Any]:
     return metrics
 
 
-def ratios_to_reference(medians: dict[str, dict[str, Any]],
-                        reference: str = REFERENCE) -> dict[str, dict[str, float]]:
-    """arm -> {tok/s, TTFT p50, worker CPU per token} as ratios to the reference arm's."""
-    base = medians.get(reference)
-    if not base:
-        return {}
-    return {arm: {"output_tok_per_s": ratio(m["output_tok_per_s"], base["output_tok_per_s"]),
-                  "ttft_p50": ratio(m["ttft_p50_ms"], base["ttft_p50_ms"]),
-                  "worker_cpu_per_token": ratio(m["worker_cpu_us_per_token"],
-                                                base["worker_cpu_us_per_token"])}
-            for arm, m in medians.items() if arm != reference}
+def reference_of(arm: str, measured: Any) -> str:
+    """The arm an arm is compared with: 1.6.1's disaggregated pair for a disaggregated arm when
+    it was measured, 1.6.1's aggregated worker otherwise."""
+    if "disagg" in arm and DISAGG_REFERENCE in measured:
+        return DISAGG_REFERENCE
+    return REFERENCE
+
+
+def ratios_to_reference(medians: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """arm -> {reference, tok/s, TTFT p50, worker CPU per token} as ratios to its reference's."""
+    out: dict[str, dict[str, Any]] = {}
+    for arm, m in medians.items():
+        ref = reference_of(arm, medians)
+        base = medians.get(ref)
+        if arm in REFERENCES or not base:
+            continue
+        out[arm] = {"reference": ref,
+                    "output_tok_per_s": ratio(m["output_tok_per_s"], base["output_tok_per_s"]),
+                    "ttft_p50": ratio(m["ttft_p50_ms"], base["ttft_p50_ms"]),
+                    "worker_cpu_per_token": ratio(m["worker_cpu_us_per_token"],
+                                                  base["worker_cpu_us_per_token"])}
+    return out
 
 
 def integrity_problems(runs: dict[str, list[dict[str, Any]]], requests: int) -> list[str]:
@@ -91,8 +104,9 @@ def integrity_problems(runs: dict[str, list[dict[str, Any]]], requests: int) -> 
 
 def headline(data: dict[str, Any]) -> list[str]:
     """The docs page's lines under the table: the ratios, integrity and the exact commands."""
-    lines = [f"{arm} / {REFERENCE}: output tok/s **{fmt(r['output_tok_per_s'])}x**, TTFT p50 "
-             f"**{fmt(r['ttft_p50'])}x**, worker CPU per output token "
+    lines = [f"{arm} / {r.get('reference', REFERENCE)}: output tok/s "
+             f"**{fmt(r['output_tok_per_s'])}x**, TTFT p50 **{fmt(r['ttft_p50'])}x**, "
+             "worker CPU per output token "
              f"**{fmt(r['worker_cpu_per_token'])}x**"
              for arm, r in (data.get("ratios") or {}).items()]
     problems = data.get("integrity_problems") or []
@@ -116,11 +130,12 @@ def workload(data: dict[str, Any]) -> str:
 
 def table(medians: dict[str, dict[str, Any]], ratios: dict[str, dict[str, float]]
           ) -> tuple[list[str], list[list]]:
-    headers = ["arm", *(h for h, _ in COLUMNS), "tok/s / ref", "TTFT p50 / ref", "CPU/tok / ref"]
+    headers = ["arm", *(h for h, _ in COLUMNS), "ref", "tok/s / ref", "TTFT p50 / ref",
+               "CPU/tok / ref"]
     rows = []
     for arm, m in medians.items():
         r = ratios.get(arm, {})
-        rows.append([arm, *(m[k] for _, k in COLUMNS),
-                     *(r.get(k, 1.0 if arm == REFERENCE else float("nan"))
+        rows.append([arm, *(m[k] for _, k in COLUMNS), r.get("reference", "-"),
+                     *(r.get(k, 1.0 if arm in REFERENCES else float("nan"))
                        for k in ("output_tok_per_s", "ttft_p50", "worker_cpu_per_token"))])
     return headers, rows

@@ -2,17 +2,20 @@
 
 AIPERF = """\
 `python -m benchmarks.bench_aiperf`: NVIDIA's own load generator, `aiperf profile` 0.13
-(installed by `make bench` into `.venv-aiperf`, apart from the project's pins), against five
+(installed by `make bench` into `.venv-aiperf`, apart from the project's pins), against six
 arms, each `python -m dynamo.frontend` with its workers, `tiny` model, all started once and
 measured in rotated order per repetition:
 
 - **agg**, **disagg**: this worker on its CPU engine (aggregated; prefill + decode over NIXL);
 - **agg-sglang**, **disagg-sglang**: this worker on the real `sglang.Engine` (`--engine sglang`,
   SGLang's CPU path with the test stand-ins);
-- **dynamo-sglang**: Dynamo 1.6.1's own `python -m dynamo.sglang`, aggregated, with the same
-  engine flags (`--page-size 16 --max-total-tokens 8192 --context-length 2048
-  --max-running-requests 8 --device cpu --attention-backend torch_native --disable-cuda-graph
-  --dtype float32 --skip-tokenizer-init`): the reference every ratio is taken against.
+- **dynamo-sglang**, **dynamo-sglang-disagg**: Dynamo 1.6.1's own `python -m dynamo.sglang`,
+  aggregated, and a prefill and a decode worker (NIXL; the decode with
+  `--disaggregation-decode-retraction-backup none`, which this worker sets itself on SGLang's CPU
+  path), with the same engine flags (`--page-size 16 --max-total-tokens 8192 --context-length
+  2048 --max-running-requests 8 --device cpu --attention-backend torch_native
+  --disable-cuda-graph --dtype float32 --skip-tokenizer-init`): the references. A disaggregated
+  arm's ratios are taken against dynamo-sglang-disagg, every other arm's against dynamo-sglang.
 
 Load, all aiperf's: synthetic chat prompts of 256 tokens, 32 output tokens (`ignore_eos`),
 streamed, concurrency 8, a warm-up of 8 requests, then the measured requests; token counts from
@@ -20,7 +23,8 @@ the server's `usage` (`--use-server-token-count`). Output tok/s, TTFT and ITL pe
 ITL: a request's decode time over its tokens after the first) are read from aiperf's JSON export.
 Worker CPU per output token: every process of the arm's workers (with SGLang's scheduler
 processes) sampled from `/proc` every 100 ms, cut to aiperf's measured phase, over its output
-tokens. The goals compare agg-sglang with dynamo-sglang (the same engine). The size knob:
+tokens. The goals compare agg-sglang with dynamo-sglang and disagg-sglang with
+dynamo-sglang-disagg (the same engine). The size knob:
 `BENCH_AIPERF_REQUESTS` (measured requests per run; `make bench` 64, `--quick` 16).
 
 Noise: on this shared 2-core machine a single `--quick` run decides nothing. Two of them on

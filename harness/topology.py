@@ -200,12 +200,12 @@ class Stack:
         env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env(engine), **(env or {}))
         return self._spawn(name, argv, env, system_port)
 
-    def start_dynamo_sglang(self, name: str, *args: str) -> Proc:
+    def start_dynamo_sglang(self, name: str, *args: str, **extra_env: str) -> Proc:
         """Dynamo 1.6.1's own SGLang worker (`python -m dynamo.sglang`) on SGLang's CPU path with
         the stand-ins `--engine sglang` workers get: the reference of the parity tests."""
         system_port = free_system_port()
         argv = [sys.executable, "-m", "dynamo.sglang", "--model-path", self.model_path, *args]
-        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env("sglang"))
+        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env("sglang"), **extra_env)
         return self._spawn(name, argv, env, system_port)
 
     def models(self) -> list[str]:

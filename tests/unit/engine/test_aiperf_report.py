@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.aiperf_report import (
-    REFERENCE, add_worker_cpu, headline, integrity_problems, load_export, parse_export,
-    ratios_to_reference, table, workload,
+    DISAGG_REFERENCE, REFERENCE, add_worker_cpu, headline, integrity_problems, load_export,
+    parse_export, ratios_to_reference, table, workload,
 )
 from benchmarks.goals import aiperf_parity
 from benchmarks.proc_tree_cpu import cpu_between, descendants, process_cpu_s
@@ -67,9 +67,28 @@ def test_worker_cpu_per_token_and_ratios_to_dynamo_sglang():
     ({"output_tok_per_s": 0.9, "ttft_p50": 1.2, "worker_cpu_per_token": 0.85}, [False] * 3),
 ])
 def test_goals_are_met_by_the_measured_ratios(ratios, met):
-    goals = aiperf_parity(lambda name: {"ratios": {"agg-sglang": ratios}})
-    assert [g.met for g in goals] == met
-    assert [g.met for g in aiperf_parity(lambda name: None)] == [None] * 3
+    disagg = dict(ratios, reference="dynamo-sglang-disagg")
+    goals = aiperf_parity(lambda name: {"ratios": {"agg-sglang": ratios,
+                                                   "disagg-sglang": disagg}})
+    assert [g.met for g in goals] == met + met
+    assert [g.met for g in aiperf_parity(lambda name: None)] == [None] * 6
+    # A disaggregated arm measured only against the aggregated worker decides nothing.
+    agg_only = aiperf_parity(lambda name: {"ratios": {"agg-sglang": ratios,
+                                                      "disagg-sglang": ratios}})
+    assert [g.met for g in agg_only] == met + [None] * 3
+
+
+def test_disaggregated_arms_are_compared_with_the_disaggregated_reference():
+    medians = {REFERENCE: _arm(300.0, 70.0, 1.024), DISAGG_REFERENCE: _arm(200.0, 100.0, 1.0),
+               "disagg-sglang": _arm(100.0, 50.0, 1.0), "agg": _arm(600.0, 35.0, 1.024)}
+    r = ratios_to_reference(medians)
+    assert set(r) == {"disagg-sglang", "agg"}
+    assert r["disagg-sglang"]["reference"] == DISAGG_REFERENCE
+    assert r["disagg-sglang"]["output_tok_per_s"] == pytest.approx(0.5)
+    assert r["agg"]["reference"] == REFERENCE
+    assert r["agg"]["ttft_p50"] == pytest.approx(0.5)
+    del medians[DISAGG_REFERENCE]  # not measured: the aggregated worker is the reference
+    assert ratios_to_reference(medians)["disagg-sglang"]["reference"] == REFERENCE
 
 
 def test_docs_lines_carry_the_ratios_the_commands_and_the_load():
