@@ -3,6 +3,7 @@ next to Dynamo 1.6.1's own SGLang worker and the Python floor, measured in one r
 
 Arms (each behind its own frontend, started, probed with one request, then left alone):
   cpu           - `python -m components`, aggregated, Tokens mode, the CPU engine;
+  cpu-separate  - the same with `--cpu-engine-process separate` (the engine process a child);
   sglang        - the same on `--engine sglang` (SGLang's CPU path: scheduler and detokenizer
                   processes as children);
   dynamo-sglang - `python -m dynamo.sglang` with the same SGLang flags;
@@ -26,7 +27,7 @@ from benchmarks.bench_token_cpu import ReferenceStack
 from benchmarks.common import TINY_MODEL, format_table, require_model, results_dir, write_json
 from benchmarks.proc_tree_cpu import descendants, process_cpu_s
 
-ARMS = ("cpu", "sglang", "dynamo-sglang", "floor")
+ARMS = ("cpu", "cpu-separate", "sglang", "dynamo-sglang", "floor")
 SERVED = "idle"
 GOAL_CORES = 0.002
 READY_S = 420.0
@@ -36,9 +37,10 @@ SGLANG_FLAGS = ("--context-length", "2048", "--max-total-tokens", "8192", "--pag
 
 def start(stack: ReferenceStack, arm: str) -> int:
     endpoint = ("--endpoint", "dyn://dynamo.idle.generate")
-    if arm == "cpu":
+    if arm in ("cpu", "cpu-separate"):
+        separate = ("--cpu-engine-process", "separate") if arm == "cpu-separate" else ()
         proc = stack.start_worker("w", "null", SERVED, "--page-size", "16", *endpoint,
-                                  skip_tokenizer_init=True)
+                                  *separate, skip_tokenizer_init=True)
     elif arm == "sglang":
         proc = stack.start_worker("w", "null", SERVED, *SGLANG_FLAGS, *endpoint,
                                   skip_tokenizer_init=True, engine="sglang")

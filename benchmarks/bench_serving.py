@@ -3,6 +3,8 @@
 Arms, all measured in one run with interleaved repetitions:
   engine  - the workload straight into an aggregated CPU engine in this process (the baseline);
   agg     - Dynamo frontend + one aggregated worker (`python -m components`);
+  agg-separate - the same with the engine in its own process (`--cpu-engine-process separate`;
+            not in the default arms);
   agg-chunked - the same with SGLang's chunked prefill and mixed batches
             (`--chunked-prefill-size 256 --enable-mixed-chunk`);
   disagg  - Dynamo frontend + decode worker + prefill worker, KV over NIXL (the workers'
@@ -43,7 +45,7 @@ from benchmarks.serving_report import (
 from benchmarks.workload import Workload, length_summary, make_prompts
 
 logger = logging.getLogger("bench_serving")
-ARMS = ("engine", "agg", "agg-chunked", "disagg", "disagg-decode")
+ARMS = ("engine", "agg", "agg-separate", "agg-chunked", "disagg", "disagg-decode")
 DEFAULT_ARMS = ("engine", "agg", "agg-chunked", "disagg")
 
 

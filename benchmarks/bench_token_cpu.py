@@ -5,6 +5,8 @@ Arms, measured in one run with interleaved repetitions:
   engine - the same workload straight into an aggregated CPU engine in this process (baseline for
            tok/s and TTFT);
   agg    - frontend + one aggregated worker;
+  agg-separate - the same with `--cpu-engine-process separate`: its "engine thread" column is
+           the whole engine process (`agg-engine`: engine thread, relay, read-out pushes);
   agg-interval2 - the same with SGLang's `--stream-interval 2` (a chunk every 2 tokens, the
            first at once): what an operator trading chunk size for CPU gets;
   disagg - frontend + prefill worker + decode worker, KV over NIXL;
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from benchmarks.common import TINY_MODEL, limit_cpu_threads, require_model, results_dir, write_json
 from benchmarks.loadgen import run_closed_loop, summarize
+from benchmarks.proc_tree_cpu import descendants
 from benchmarks.serving_arms import spawn_topology
 from benchmarks.thread_cpu import CpuSampler
 from benchmarks.token_cpu_report import report
@@ -41,7 +44,7 @@ from benchmarks.workload import Workload, make_prompts
 from harness.topology import Stack
 
 logger = logging.getLogger("bench_token_cpu")
-ARMS = ("engine", "agg", "agg-interval2", "disagg", "mocker", "floor")
+ARMS = ("engine", "agg", "agg-separate", "agg-interval2", "disagg", "mocker", "floor")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -85,7 +88,7 @@ class ReferenceStack(Stack):
 
 def start_stacks(args: argparse.Namespace, served: str) -> dict[str, Stack]:
     stacks: dict[str, Stack] = {}
-    for name in ("agg", "agg-interval2", "disagg"):
+    for name in ("agg", "agg-separate", "agg-interval2", "disagg"):
         if name in args.arms:
             stacks[name] = spawn_topology(name, args.model_path, served, True)
     for name in ("mocker", "floor"):
@@ -110,6 +113,10 @@ def pids_of(stack: Stack | None) -> dict[str, int]:
     pids = {"client": os.getpid()}
     if stack is not None:
         pids.update({name: proc.popen.pid for name, proc in stack.procs.items()})
+        for name, proc in stack.procs.items():  # --cpu-engine-process separate: its child
+            for child in descendants([proc.popen.pid])[1:]:
+                if b"components.engine.process" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    pids[f"{name}-engine"] = child
     return pids
 
 

@@ -20,11 +20,14 @@ logger = logging.getLogger("bench_serving")
 # Worker name and --disaggregation-mode per process, after the frontend.
 DISAGG_WORKERS = (("prefill", "prefill"), ("decode", "decode"))
 AGG_WORKER = (("agg", "null"),)
-WORKERS = {"agg": AGG_WORKER, "agg-chunked": AGG_WORKER, "agg-interval2": AGG_WORKER,
-           "disagg": DISAGG_WORKERS, "disagg-decode": DISAGG_WORKERS}
+WORKERS = {"agg": AGG_WORKER, "agg-separate": AGG_WORKER, "agg-chunked": AGG_WORKER,
+           "agg-interval2": AGG_WORKER, "disagg": DISAGG_WORKERS,
+           "disagg-decode": DISAGG_WORKERS}
 TOPOLOGY_ARGS = {
     # The reference arm without chunked prefill (the CPU engine chunks by 512 by default).
     "agg": ("--chunked-prefill-size", "-1"),
+    # The same with the engine in a process of its own (its own GIL).
+    "agg-separate": ("--chunked-prefill-size", "-1", "--cpu-engine-process", "separate"),
     # SGLang's chunked prefill with mixed batches: a long prompt delays running rows by one chunk.
     "agg-chunked": ("--chunked-prefill-size", "256", "--enable-mixed-chunk"),
     # SGLang's --stream-interval: a chunk every 2 tokens (the first at once), half the items.

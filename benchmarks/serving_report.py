@@ -6,9 +6,10 @@ from pathlib import Path
 
 from benchmarks.common import new_figure, ratio, save_figure
 
-COLORS = {"engine": "#7f7f7f", "agg": "#1f77b4", "agg-chunked": "#2ca02c", "disagg": "#d62728",
-          "disagg-decode": "#ff7f0e"}
+COLORS = {"engine": "#7f7f7f", "agg": "#1f77b4", "agg-separate": "#9467bd",
+          "agg-chunked": "#2ca02c", "disagg": "#d62728", "disagg-decode": "#ff7f0e"}
 LABELS = {"engine": "engine in-process", "agg": "Dynamo agg",
+          "agg-separate": "Dynamo agg, engine process",
           "agg-chunked": "Dynamo agg, chunked prefill", "disagg": "Dynamo disagg (NIXL)",
           "disagg-decode": "Dynamo disagg, decode-orchestrated"}
 ARM_ORDER = tuple(LABELS)

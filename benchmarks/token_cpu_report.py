@@ -7,8 +7,8 @@ import argparse
 from benchmarks.common import fmt, format_table, median, median_of_runs
 
 # The arm's worker process that serves the frontend, and the other worker (disagg's prefill).
-WORKER = {"agg": "agg", "agg-interval2": "agg", "disagg": "decode", "mocker": "mocker",
-          "floor": "floor"}
+WORKER = {"agg": "agg", "agg-separate": "agg", "agg-interval2": "agg", "disagg": "decode",
+          "mocker": "mocker", "floor": "floor"}
 HEADERS = ["arm", "tok/s", "x engine", "tok/chunk", "TTFT c=1 p50 ms", "+ms vs engine", "frontend",
            "worker loop", "worker bridge", "worker outside engine", "engine thread",
            "prefill worker", "client"]
@@ -47,7 +47,9 @@ def row(name: str, s: dict, engine: dict | None) -> list:
             us.get(f"{worker}.loop", dash) if name != "mocker" else dash,
             us.get(f"{worker}.bridge", dash) if name != "mocker" else dash,
             us.get("worker_outside_engine", dash),
-            us.get(f"{worker}.engine", dash), us.get("prefill", dash), us.get("client", dash)]
+            # --cpu-engine-process separate: the engine's whole process
+            us.get(f"{worker}.engine", us.get(f"{worker}-engine", dash)),
+            us.get("prefill", dash), us.get("client", dash)]
 
 
 def goals(summaries: dict) -> list[str]:

@@ -30,9 +30,12 @@ class CpuBackend:
         return int(engine_args.get("tokenizer_worker_num", 1))
 
     def build(self, engine_args: Any) -> Any:
+        kwargs = dict(engine_args)
+        if kwargs.pop(cpu_flags.ENGINE_PROCESS_KEY, None) == cpu_flags.SEPARATE:
+            return _start_separate(kwargs)
         from components.engine.api.engine import CpuEngine  # torch: only once chosen
 
-        return CpuEngine(**dict(engine_args))
+        return CpuEngine(**kwargs)
 
     def attach(self, parent_pid: int) -> Any:
         from components.engine.api.engine import CpuEngine
@@ -58,7 +61,9 @@ class CpuBackend:
         """The engine does so itself when the attached process's connection drops."""
 
     def end_orphaned_requests(self, engine: Any, message: str) -> int:
-        return 0  # the attachment ends them itself when its connection drops
+        end_all = getattr(engine, "end_all", None)  # the worker's own engine process exited
+        # An attached process's attachment ends them itself when its connection drops.
+        return end_all() if callable(end_all) else 0
 
     def requests_in_flight(self, engine: Any) -> int | None:
         return engine.requests_in_flight()
@@ -81,3 +86,21 @@ class CpuBackend:
         total = engine.kv_pages_total()
         return [KvLoad(dp_rank=0, total_blocks=total, hit_rate=engine.request_totals().hit_rate,
                        usage=engine.kv_pages_in_use() / total if total else 0.0)]
+
+
+def _start_separate(engine_kwargs: dict[str, Any]) -> Any:
+    """`--cpu-engine-process separate`: the engine in a process of its own, this one's API to
+    it; a failed start stops the worker naming why."""
+    from components.engine.process.launch import (EngineProcessFailed, kill_engine_process,
+                                                  start_engine_process)
+    from components.engine.process.remote import RemoteCpuEngine
+
+    try:
+        proc = start_engine_process(engine_kwargs)
+    except EngineProcessFailed as exc:
+        raise SystemExit(str(exc)) from None
+    try:
+        return RemoteCpuEngine(proc)
+    except BaseException:  # no answer on its socket, or told to stop meanwhile
+        kill_engine_process(proc)
+        raise

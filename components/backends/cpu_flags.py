@@ -42,6 +42,10 @@ _OPTIONAL = {
     "cpu_kv_side_channel_secret": "kv_side_channel_secret",
     "cpu_kv_ucx_error_handling": "kv_ucx_error_handling",
 }
+IN_PROCESS, SEPARATE = "in-process", "separate"
+ENGINE_PROCESS_CHOICES = (IN_PROCESS, SEPARATE)
+# In the engine args only with `separate` (CpuBackend.build takes it out before the engine's).
+ENGINE_PROCESS_KEY = "cpu_engine_process"
 SIDE_CHANNEL_SECRET_ENV = "DYN_KV_SIDE_CHANNEL_SECRET"
 UCX_ERROR_HANDLING_ENV = "DYN_KV_UCX_ERROR_HANDLING"
 
@@ -102,6 +106,10 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--trust-remote-code", action="store_true",
                    help="accepted for SGLang compatibility; local models only")
     g.add_argument("--log-level", default="info")
+    g.add_argument("--cpu-engine-process", choices=ENGINE_PROCESS_CHOICES, default=IN_PROCESS,
+                   help="where the engine's schedule/forward loop runs: on a thread of the "
+                        "worker process (in-process) or in an engine process the worker starts "
+                        "and owns (separate: its own GIL; not with --tokenizer-worker-num > 1)")
     g.add_argument("--cpu-num-threads", type=int, default=None, help="torch intra-op threads")
     g.add_argument("--cpu-bootstrap-timeout", type=float, default=None,
                    help="seconds a transfer may wait for its peer to register")
@@ -143,4 +151,11 @@ def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
         value = getattr(ns, attr)
         if value is not None:
             kwargs[field] = value
+    if ns.cpu_engine_process == SEPARATE:
+        if (ns.tokenizer_worker_num or 1) > 1:
+            # Attached processes find their engine by their parent's pid; an engine process
+            # would be their sibling. Either split pays for the GIL: pick one.
+            raise SystemExit("--cpu-engine-process separate cannot be combined with "
+                             "--tokenizer-worker-num > 1: use one or the other")
+        kwargs[ENGINE_PROCESS_KEY] = SEPARATE
     return kwargs

@@ -5,7 +5,8 @@
 from its first line, even after SGLang tries to install its own handler) stop it as Dynamo's
 workers stop: unregister, a grace period, a bounded drain, engine shutdown, exit 0
 (components/worker/shutdown.py); during startup they stop it at once, also exit 0. Startup failures
-(bad flags, model load, registration) exit non-zero.
+(bad flags, model load, registration) exit non-zero, and so does a worker whose own engine
+process (--cpu-engine-process separate) exited under it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from components.worker.rooms.wiring import room_claims, start_room_watch
 from components.worker.runtime import translate_errors
 from components.worker.shutdown import (
     DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, interrupt_startup, settle,
+    watch_engine_process,
 )
 from components.worker.signal_guard import SignalGuard
 from components.worker.startup import connect_prefill, start_engine, warmup_prefill
@@ -162,7 +164,8 @@ class Worker:
             await settle(self.live)
 
 
-async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> None:
+async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> int:
+    """Serve until stopped; the exit status (non-zero: the engine process was lost)."""
     interrupt_startup()
     bind_runtime_to_host(config.host)
     loop = asyncio.get_running_loop()
@@ -185,6 +188,7 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
             engine, rid_prefix(pid)))
     if engine_pid() is not None:
         watch_exit(loop, engine_pid(), signals.engine_exited)
+    watch_engine_process(loop, engine, signals)
     handler = worker = lag = rooms = None
     try:
         prefill = await connect_prefill(runtime, config) if config.role.calls_prefill else None
@@ -222,6 +226,7 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> Non
             await asyncio.to_thread(workers.stop, config.drain_timeout + DRAIN_MARGIN_S)
         engine.shutdown()
         logger.info("worker stopped")
+    return 1 if signals.engine_lost else 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -229,8 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     configure_logging(config.log_level)
     dump_worker_config(config)  # 1.6.1's --dump-config-to
+    code = 0
     try:
-        asyncio.run(run_worker(config, argv))
+        code = asyncio.run(run_worker(config, argv))
     except StartupInterrupted as exc:
         logger.info("%s while the engine was starting: stopped, nothing was served", exc)
     # Everything is drained and shut down. Skip interpreter finalization: Dynamo's runtime
@@ -239,4 +245,4 @@ def main(argv: list[str] | None = None) -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)  # 1: the worker's engine process exited under it

@@ -90,7 +90,9 @@ class WorkerMetrics:
                     last = now
                     finish = _finish_reason(item) or finish
                     yield item
-                stopped = context is not None and context.is_stopped()
+                # A stop that comes after the last item went out (a decode closing a prefill's
+                # stream as soon as it has read the prefill's done item) cancelled nothing.
+                stopped = context is not None and context.is_stopped() and finish is None
                 outcome = "cancelled" if stopped or finish == "cancelled" else "success"
                 if self.sglang is not None and outcome == "success":
                     self.sglang.observe_e2e(time.monotonic() - start)
@@ -192,5 +194,7 @@ def _finish_reason(item: Any) -> Optional[str]:
         return None
     if item.get("finish_reason"):
         return item["finish_reason"]
+    if item.get("finished") is True:  # a decode-orchestrated prefill's done item (PrefillDone)
+        return "prefill_done"
     choices = item.get("choices") or ()
     return choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None

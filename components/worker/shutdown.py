@@ -21,7 +21,7 @@ import signal
 import time
 from typing import Any
 
-from components.worker.tokenizer_workers import TokenizerWorkers
+from components.worker.tokenizer_workers import TokenizerWorkers, watch_exit
 from handlers.errors import EngineUnavailable
 from handlers.live import LiveRequests
 
@@ -88,6 +88,7 @@ class StopSignals:
         self._workers = workers
         self.worker: Any = None  # components.worker.main.Worker, once it serves
         self.interrupted = False
+        self.engine_lost = False
         self._stop: asyncio.Future[Any] | None = None
 
     def __call__(self) -> None:
@@ -104,3 +105,27 @@ class StopSignals:
         if self.worker is not None:
             self.worker.orphan()
         self()
+
+    def engine_process_exited(self, pid: int, code: int | None) -> None:
+        """The engine process this worker owns (--cpu-engine-process separate) exited under it:
+        no request can be served any more, so stop as above, and exit non-zero (`engine_lost`)
+        rather than go on serving with no engine."""
+        logger.error("the CPU engine process %d exited (code %s) while the worker runs; "
+                     "ending its requests and stopping", pid, code)
+        self.engine_lost = True
+        self.engine_exited()
+
+
+def watch_engine_process(loop: asyncio.AbstractEventLoop, engine: Any,
+                         signals: StopSignals) -> None:
+    """--cpu-engine-process separate: stop (non-zero) as soon as the engine process exits under
+    the worker (its pidfd: no polling); not when the worker's own shutdown stopped it."""
+    proc = getattr(engine, "engine_process", None)
+    if proc is None:
+        return
+
+    def exited() -> None:
+        if not engine.closed:
+            signals.engine_process_exited(proc.pid, proc.poll())
+
+    watch_exit(loop, proc.pid, exited)

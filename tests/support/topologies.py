@@ -10,6 +10,7 @@ request to both must give the same greedy output. Used by `tests/e2e` and `tests
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -22,9 +23,14 @@ AGG = "tiny-agg"
 SGLANG = "tiny-sglang"
 CONTEXT_LENGTH = 2048
 PREFILL_WAIT_S = 5.0
+# TEST_CPU_ENGINE_PROCESS=separate runs every CPU-engine worker of these topologies with its
+# engine in a process of its own (--cpu-engine-process); unset, the worker's default.
+ENGINE_PROCESS_ENV = "TEST_CPU_ENGINE_PROCESS"
+ENGINE_PROCESS_ARGS = (("--cpu-engine-process", os.environ[ENGINE_PROCESS_ENV])
+                       if os.environ.get(ENGINE_PROCESS_ENV) else ())
 # Small pools and context keep start-up fast; page size 16 like the launch scripts.
 ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "65536",
-               "--page-size", "16", "--max-running-requests", "32")
+               "--page-size", "16", "--max-running-requests", "32", *ENGINE_PROCESS_ARGS)
 
 
 # Who starts a disaggregated request's prefill: the decode worker (the default here: Text mode

@@ -173,32 +173,48 @@ class AttachedCpuEngine(SyncGenerateMixin):
             self._sock.send(wire.encode(wire.Hello(pid=os.getpid())))
             self._receiver = asyncio.ensure_future(self._receive())
 
+    # How often the receiver checks that the engine process runs; None: never (the owner of an
+    # engine process is told at once by its pidfd, RemoteCpuEngine).
+    _watch_interval_s: float | None = WATCH_INTERVAL_S
+
     async def _receive(self) -> None:
+        interval = self._watch_interval_s
         while True:
-            if await self._sock.poll(WATCH_INTERVAL_S * 1000) == 0:
+            if await self._sock.poll(None if interval is None else interval * 1000) == 0:
                 if not wire.process_alive(self.parent_pid):
                     self._engine_gone()
                     return
                 continue
             msg = wire.decode_to_worker(await self._sock.recv())
-            if not isinstance(msg, (wire.Chunk, wire.Refused)):
-                continue  # the Info answering this socket's Hello
-            pending = self._queues.get(msg.rid)
-            if pending is None:
-                continue  # finished, or aborted here already
-            if isinstance(msg, wire.Refused):
+            for one in msg.items if isinstance(msg, wire.Batch) else (msg,):
+                self._deliver(one)
+
+    def _deliver(self, msg: Any) -> None:
+        if not isinstance(msg, (wire.Chunk, wire.Refused)):
+            self._pushed(msg)
+            return
+        pending = self._queues.get(msg.rid)
+        if pending is None:
+            return  # finished, or aborted here already
+        if isinstance(msg, wire.Refused):
+            del self._queues[msg.rid]
+            for _ in range(pending.remaining):  # every choice of a stream ends
+                pending.queue.put_nowait(_refusal_chunk(msg.rid, msg.message, msg.invalid))
+            return
+        chunk = msg.chunk
+        if not isinstance(chunk, dict) or chunk["meta_info"]["finish_reason"] is not None:
+            pending.remaining -= 1
+            if pending.remaining == 0:
                 del self._queues[msg.rid]
-                for _ in range(pending.remaining):  # every choice of a stream ends
-                    pending.queue.put_nowait(_refusal_chunk(msg.rid, msg.message, msg.invalid))
-                continue
-            chunk = msg.chunk
-            if not isinstance(chunk, dict) or chunk["meta_info"]["finish_reason"] is not None:
-                pending.remaining -= 1
-                if pending.remaining == 0:
-                    del self._queues[msg.rid]
-            pending.queue.put_nowait(chunk)
+        pending.queue.put_nowait(chunk)
+
+    def _pushed(self, msg: Any) -> None:
+        """A message that answers no request: the Info answering this socket's Hello, or what a
+        subscriber is pushed (RemoteCpuEngine)."""
 
     def _engine_gone(self) -> None:
+        if self._gone:
+            return
         logger.error("%s (pid %d); ending %d live requests", ENGINE_GONE, self.parent_pid,
                      len(self._queues))
         self._gone = True

@@ -57,6 +57,16 @@ async def drain(gen, limit=None):
     return out
 
 
+def test_a_stop_after_the_last_item_went_out_is_not_a_cancellation():
+    m = WorkerMetrics(FakeEngine())
+    stopped = SimpleNamespace(is_stopped=lambda: True)  # the decode closed the prefill's stream
+    asyncio.run(drain(m.instrument(stream({"room": 1}, {"finished": True}))({}, stopped)))
+    asyncio.run(drain(m.instrument(stream({"room": 1}))({}, stopped)))  # before its done item
+    s = samples(m)
+    assert s[(f"{PREFIX}_requests_total", "success")] == 1
+    assert s[(f"{PREFIX}_requests_total", "cancelled")] == 1
+
+
 def test_outcomes_and_latencies():
     m = WorkerMetrics(FakeEngine())
     ok = m.instrument(stream({"token_ids": [1, 2]}, {"token_ids": [3, 4], "finish_reason": "length"}))
