@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,10 +52,24 @@ def engine_env(engine: str) -> dict[str, str]:
     return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": path}
 
 
+# The ports handed out here lie below Linux's ephemeral range (32768-60999) and below SGLang's own
+# picks (its --port, 30000, plus offsets). A port found by binding port 0 is ephemeral: any
+# outbound connection, or another engine binding port 0, may take it before the process it was
+# meant for binds it (seen: an SGLang scheduler's KV events socket, "Address already in use").
+PORT_RANGE = (20000, 29999)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORT_RANGE} on {HOST}")
 
 
 def free_system_port() -> int:

@@ -102,8 +102,9 @@ SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-toke
 # Aggregated SGLang workers sleep while idle (SGLang's --sleep-on-idle): on its CPU path an idle
 # scheduler polls at about 0.4 cores, and a test module holds several engines on two cores. With
 # the flag an idle aggregated worker's process tree uses about 0.02 cores. Prefill and decode
-# schedulers keep polling at 0.5-0.9 cores with it (measured on SGLang 0.5.23's CPU path), so
-# they are not given a flag that changes nothing.
+# scheduler processes keep using 0.5-0.9 cores with it (measured on SGLang 0.5.23's CPU path:
+# their main thread does sleep in SGLang's idle poll, the load is in another of their threads),
+# so they are not given a flag that changes nothing.
 SGLANG_AGG_ARGS = (*SGLANG_ENGINE_ARGS, "--sleep-on-idle")
 
 
