@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -60,16 +58,7 @@ PORT_RANGE = (20000, 29999)
 
 
 def free_port() -> int:
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randint(*PORT_RANGE)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORT_RANGE} on {HOST}")
+    return hosts.free_port_in(HOST, *PORT_RANGE)
 
 
 def free_system_port() -> int:

@@ -25,13 +25,18 @@ def advertised_host(host: str, backend: EngineBackend) -> str:
 
 def free_system_port(host: str) -> int:
     """A free port below 32768 on `host`: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
+    return free_port_in(host, 20000, 32767)
+
+
+def free_port_in(host: str, low: int, high: int) -> int:
+    """A port in [low, high] free on `host` right now, tried at random."""
     rng = random.Random()
     for _ in range(200):
-        port = rng.randint(20000, 32767)
+        port = rng.randint(low, high)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free port below 32768")
+    raise RuntimeError(f"no free port in [{low}, {high}] on {host}")

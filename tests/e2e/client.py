@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -79,6 +80,21 @@ def stream(http: httpx.Client, url: str, path: str, body: dict[str, Any],
                 break
             apply_event(result, json.loads(payload))
     return result
+
+
+def long_stream(url: str, model: str, max_tokens: int, result: list) -> threading.Thread:
+    """A started thread streaming one long greedy chat to `model`; its StreamResult is appended
+    to `result` (nothing when the client raised)."""
+    body = {"model": model, "messages": user("a long answer please"), "max_tokens": max_tokens,
+            "ignore_eos": True, "temperature": 0.0}
+
+    def client() -> None:
+        with httpx.Client(timeout=120) as http:
+            result.append(stream(http, url, "chat/completions", body))
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    return thread
 
 
 def error_message(response: httpx.Response) -> str:

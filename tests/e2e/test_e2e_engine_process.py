@@ -10,15 +10,13 @@ of the worker and the engine process it owns.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
-import httpx
 import psutil
 import pytest
 
 from harness.topology import Proc, Stack, wait_until
-from tests.e2e.client import stream, user
+from tests.e2e.client import long_stream
 from tests.support.topologies import CONTEXT_LENGTH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -50,25 +48,12 @@ def engine_process(worker: Proc) -> psutil.Process:
     return child
 
 
-def long_stream(stack: Stack, name: str, result: list) -> threading.Thread:
-    body = {"model": name, "messages": user("a long answer please"), "max_tokens": 1800,
-            "ignore_eos": True, "temperature": 0.0}
-
-    def client() -> None:
-        with httpx.Client(timeout=120) as http:
-            result.append(stream(http, stack.url, "chat/completions", body))
-
-    thread = threading.Thread(target=client)
-    thread.start()
-    return thread
-
-
 def test_a_killed_engine_process_ends_the_stream_and_the_worker_exits_non_zero(stack):
     name = "ep-dies"
     worker = start(stack, name)
     child = engine_process(worker)
     result: list = []
-    thread = long_stream(stack, name, result)
+    thread = long_stream(stack.url, name, 1800, result)
     wait_until(lambda: worker.requests_in_flight() >= 1, 60, "the stream in flight")
     child.kill()
     killed = time.monotonic()

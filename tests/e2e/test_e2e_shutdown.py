@@ -11,15 +11,13 @@ CPU path), aggregated, Tokens mode.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
-import httpx
 import psutil
 import pytest
 
 from harness.topology import Stack, wait_until
-from tests.e2e.client import stream, user
+from tests.e2e.client import long_stream
 from tests.support.topologies import ENGINE_ARGS, SGLANG_AGG_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -74,15 +72,7 @@ def test_sigterm_drains_then_ends_a_long_stream_and_exits_zero(stack, engine):
                  DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS=str(GRACE_S))
     stack.wait_ready(name, timeout=240)
     result: list = []
-    body = {"model": name, "messages": user("a long answer please"), "max_tokens": 8000,
-            "ignore_eos": True, "temperature": 0.0}
-
-    def client() -> None:
-        with httpx.Client(timeout=120) as http:
-            result.append(stream(http, stack.url, "chat/completions", body))
-
-    thread = threading.Thread(target=client)
-    thread.start()
+    thread = long_stream(stack.url, name, 8000, result)
     wait_until(lambda: proc.requests_in_flight() >= 1, 60, "the stream in flight")
     proc.popen.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
