@@ -14,7 +14,6 @@ serves its own system port when the engine process has one (a free port; Dynamo'
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -22,13 +21,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from components.engine.process.serve import exit_with_parent
 from components.worker.hosts import free_system_port
 
 logger = logging.getLogger(__name__)
 
 ENGINE_PID_ENV = "DYN_SGLANG_ENGINE_PID"  # set only in the processes this module starts
 STOP_TIMEOUT_S = 30.0
-_PR_SET_PDEATHSIG = 1
 
 
 def engine_pid() -> int | None:
@@ -54,11 +53,8 @@ def watch_exit(loop: asyncio.AbstractEventLoop, pid: int, on_exit: Callable[[], 
 def exit_with_engine() -> None:
     """Ask Linux for SIGTERM when the engine process (our parent) exits, and check it has not
     already: the normal shutdown path then unregisters and ends live requests."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
-        logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
-    if os.getppid() != engine_pid():
-        raise SystemExit("the engine process exited before this tokenizer worker started")
+    exit_with_parent(engine_pid(), "the engine process exited before this tokenizer worker "
+                                   "started")
 
 
 class TokenizerWorkers:

@@ -91,8 +91,10 @@ class ReadoutPublisher:
         self._peers.discard(peer)
 
     def wake(self) -> None:
-        """A request arrived: compare the read-outs until the engine is idle again."""
-        self._wake.set()
+        """A request arrived: compare the read-outs until the engine is idle again (only for a
+        subscriber: attached tokenizer workers do not subscribe)."""
+        if self._peers:
+            self._wake.set()
 
     def push(self) -> bool:
         """Send the read-outs if they changed; whether they did."""

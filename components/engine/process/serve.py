@@ -32,13 +32,14 @@ READY_LINE = b"ready\n"
 _PR_SET_PDEATHSIG = 1
 
 
-def exit_with_parent(parent: int) -> None:
-    """SIGTERM from Linux when the worker dies, and make sure it has not already."""
+def exit_with_parent(parent: int, gone: str) -> None:
+    """SIGTERM from Linux when `parent` (this process's parent) dies, and make sure it has not
+    already; `gone` is the exit message if it has."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
         logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
     if os.getppid() != parent:
-        raise SystemExit("the worker exited before its engine process started")
+        raise SystemExit(gone)
 
 
 def wait_for_stop(parent: int) -> str:
@@ -58,7 +59,7 @@ def main() -> None:
     logging.basicConfig(level=getattr(logging, str(spec["log_level"]).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s [engine]")
     parent = int(os.environ[PARENT_PID_ENV])
-    exit_with_parent(parent)
+    exit_with_parent(parent, "the worker exited before its engine process started")
     from components.engine.api.engine import CpuEngine  # torch: after the cheap checks
 
     engine = CpuEngine(**spec["engine_kwargs"])
