@@ -13,10 +13,15 @@ worker's defaults decide them.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.proc_tree_cpu import descendants
 from benchmarks.serving_arms import spawn_topology
 from harness.topology import Stack, free_port
 
@@ -82,8 +87,46 @@ class AiperfArms:
     def url(self, name: str) -> str:
         return self.stacks[name].url
 
+    def worker_roots(self, name: str) -> dict[str, int]:
+        """Worker process name ("worker", "prefill", "decode") -> pid, alike in every arm."""
+        return {n: p.popen.pid for n, p in self.stacks[name].procs.items() if n != "frontend"}
+
     def worker_pids(self, name: str) -> list[int]:
-        return [p.popen.pid for n, p in self.stacks[name].procs.items() if n != "frontend"]
+        return list(self.worker_roots(name).values())
+
+    def engine_subprocesses(self, name: str) -> list[int]:
+        """The SGLang scheduler and detokenizer processes under the arm's workers."""
+        out = []
+        for pid in descendants(self.worker_pids(name)):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().startswith("sglang::"):
+                    out.append(pid)
+            except OSError:  # exited meanwhile
+                continue
+        return out
+
+    @contextmanager
+    def only(self, name: str) -> Iterator[None]:
+        """Freeze every other arm's SGLang engine processes while `name` is measured.
+
+        Idle, SGLang's disaggregated schedulers keep polling (their event loop and NIXL's UCX
+        threads): on 2 cores, four of them take the whole machine from the arm being measured.
+        Only those processes stop (SIGSTOP): the worker processes keep their discovery
+        registrations alive, and the frontends keep serving (a whole arm stopped past the
+        file discovery's time-to-live loses its registrations).
+        """
+        frozen = [pid for other in self.stacks if other != name
+                  for pid in self.engine_subprocesses(other)]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    continue
 
     def stop(self) -> list[str]:
         """Stop every arm; the run directories kept (their logs), if any."""

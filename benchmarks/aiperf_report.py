@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import fmt, ratio
+from benchmarks.common import fmt, median, median_of_runs, ratio
 
 EXPORT_NAME = "profile_export_aiperf.json"
 REFERENCE = "dynamo-sglang"
@@ -36,6 +36,7 @@ COLUMNS = [
     *((f"TTFT {p} ms", f"ttft_{p}_ms") for p in PERCENTILES),
     *((f"ITL {p} ms", f"itl_{p}_ms") for p in PERCENTILES),
     ("worker CPU us/tok", "worker_cpu_us_per_token"),
+    ("of it worker processes", "worker_processes_cpu_us_per_token"),
 ]
 
 
@@ -60,11 +61,21 @@ def load_export(artifact_dir: Path) -> dict[str, Any]:
     return parse_export(json.loads((artifact_dir / EXPORT_NAME).read_text()))
 
 
-def add_worker_cpu(metrics: dict[str, Any], cpu_s: float) -> dict[str, Any]:
-    """The workers' process trees' CPU over the measured phase, per output token."""
+def add_worker_cpu(metrics: dict[str, Any], cpu_s: float,
+                   processes: dict[str, float]) -> dict[str, Any]:
+    """The workers' process trees' CPU over the measured phase, per output token, and of it
+    each worker process alone (`processes`: name -> CPU seconds; the rest of the trees is
+    SGLang's scheduler and detokenizer processes on `--engine sglang`)."""
     tokens = metrics["output_tokens"]
+
+    def per_token(seconds: float) -> float:
+        return seconds * 1e6 / tokens if tokens else float("nan")
+
     metrics["worker_cpu_s"] = cpu_s
-    metrics["worker_cpu_us_per_token"] = cpu_s * 1e6 / tokens if tokens else float("nan")
+    metrics["worker_cpu_us_per_token"] = per_token(cpu_s)
+    metrics["process_cpu_us_per_token"] = {n: per_token(s) for n, s in processes.items()}
+    metrics["worker_processes_cpu_us_per_token"] = per_token(sum(processes.values()))
+    metrics["engine_share"] = 1 - sum(processes.values()) / cpu_s if cpu_s > 0 else float("nan")
     return metrics
 
 
@@ -76,8 +87,32 @@ def reference_of(arm: str, measured: Any) -> str:
     return REFERENCE
 
 
-def ratios_to_reference(medians: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """arm -> {reference, tok/s, TTFT p50, worker CPU per token} as ratios to its reference's."""
+def arm_median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run of an arm: every metric's median, each worker process's among them."""
+    out = median_of_runs(runs)
+    names = runs[0].get("process_cpu_us_per_token", {}) if runs else {}
+    out["process_cpu_us_per_token"] = {
+        n: median(r["process_cpu_us_per_token"][n] for r in runs) for n in names}
+    return out
+
+
+def run_spread(runs: list[dict[str, Any]], ref_runs: list[dict[str, Any]]) -> dict[str, list]:
+    """[min, max] over repetitions of each run's ratio to the reference's run of the same
+    repetition (the arms of a repetition ran back to back): how far noise moves a ratio."""
+    out = {}
+    for key, metric in (("output_tok_per_s", "output_tok_per_s"), ("ttft_p50", "ttft_p50_ms"),
+                        ("worker_cpu_per_token", "worker_cpu_us_per_token")):
+        values = [ratio(r[metric], b[metric]) for r, b in zip(runs, ref_runs)]
+        out[key] = [min(values), max(values)] if values else []
+    return out
+
+
+def ratios_to_reference(medians: dict[str, dict[str, Any]],
+                        runs: dict[str, list[dict[str, Any]]] | None = None
+                        ) -> dict[str, dict[str, Any]]:
+    """arm -> {reference, tok/s, TTFT p50, worker CPU per token, each worker process's CPU per
+    token} as ratios to its reference's, and with `runs` the spread of those over repetitions."""
+    runs = runs or {}
     out: dict[str, dict[str, Any]] = {}
     for arm, m in medians.items():
         ref = reference_of(arm, medians)
@@ -88,7 +123,11 @@ def ratios_to_reference(medians: dict[str, dict[str, Any]]) -> dict[str, dict[st
                     "output_tok_per_s": ratio(m["output_tok_per_s"], base["output_tok_per_s"]),
                     "ttft_p50": ratio(m["ttft_p50_ms"], base["ttft_p50_ms"]),
                     "worker_cpu_per_token": ratio(m["worker_cpu_us_per_token"],
-                                                  base["worker_cpu_us_per_token"])}
+                                                  base["worker_cpu_us_per_token"]),
+                    "process_cpu_per_token": {
+                        n: ratio(us, base.get("process_cpu_us_per_token", {}).get(n))
+                        for n, us in m.get("process_cpu_us_per_token", {}).items()},
+                    "run_spread": run_spread(runs.get(arm, []), runs.get(ref, []))}
     return out
 
 

@@ -29,10 +29,10 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.aiperf_arms import ARMS, AiperfArms
-from benchmarks.aiperf_report import (add_worker_cpu, integrity_problems, load_export,
-                                      ratios_to_reference, table)
-from benchmarks.common import (REPO_ROOT, TINY_MODEL, format_table, median_of_runs,
-                               require_model, results_dir, write_json)
+from benchmarks.aiperf_report import (add_worker_cpu, arm_median, integrity_problems,
+                                      load_export, ratios_to_reference, table)
+from benchmarks.common import (REPO_ROOT, TINY_MODEL, format_table, require_model, results_dir,
+                               write_json)
 from benchmarks.proc_tree_cpu import TreeCpuRecorder, cpu_between
 
 logger = logging.getLogger("bench_aiperf")
@@ -85,7 +85,8 @@ def run_once(args, arms: AiperfArms, name: str, artifact_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     log = artifact_dir.with_suffix(".log")
     artifact_dir.parent.mkdir(parents=True, exist_ok=True)
-    with TreeCpuRecorder(arms.worker_pids(name)) as cpu, open(log, "wb") as out:
+    with (arms.only(name), TreeCpuRecorder(arms.worker_pids(name)) as cpu,
+          open(log, "wb") as out):
         rc = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                             timeout=args.run_timeout, check=False).returncode
     if rc != 0:
@@ -93,7 +94,10 @@ def run_once(args, arms: AiperfArms, name: str, artifact_dir: Path) -> dict:
                            + log.read_text(errors="replace")[-3000:])
     metrics = load_export(artifact_dir)
     metrics["loadavg_1m"] = os.getloadavg()[0]  # the machine is shared: how busy it was
-    return add_worker_cpu(metrics, cpu_between(cpu.samples, metrics["start_s"], metrics["end_s"]))
+    window = (metrics["start_s"], metrics["end_s"])
+    processes = {role: cpu_between(cpu.root_samples[pid], *window)
+                 for role, pid in arms.worker_roots(name).items()}
+    return add_worker_cpu(metrics, cpu_between(cpu.samples, *window), processes)
 
 
 def measure(args, arms: AiperfArms, scratch: Path) -> dict[str, list[dict]]:
@@ -109,8 +113,8 @@ def measure(args, arms: AiperfArms, scratch: Path) -> dict[str, list[dict]]:
 
 
 def report(args, runs: dict[str, list[dict]]) -> int:
-    medians = {name: median_of_runs(rs) for name, rs in runs.items()}
-    ratios = ratios_to_reference(medians)
+    medians = {name: arm_median(rs) for name, rs in runs.items()}
+    ratios = ratios_to_reference(medians, runs)
     headers, rows = table(medians, ratios)
     problems = integrity_problems(runs, args.requests)
     print(f"\naiperf, {args.input_tokens} in / {args.output_tokens} out tokens, concurrency "

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 
+import uvloop
 from dynamo.llm import ModelInput, ModelRuntimeConfig, ModelType, WorkerType, register_model
 from dynamo.runtime import DistributedRuntime
 
@@ -73,7 +74,7 @@ def main() -> None:
     p.add_argument("--model-path", required=True)
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--step-ms", type=float, default=3.5)
-    asyncio.run(serve(p.parse_args()))
+    uvloop.run(serve(p.parse_args()))  # the loop Dynamo's own workers and this project's run
 
 
 if __name__ == "__main__":

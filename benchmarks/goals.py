@@ -4,25 +4,11 @@ measured in the same run (benchmarks/summary.py puts the table at the top of the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
+from benchmarks.aiperf_goals import aiperf_parity
 from benchmarks.common import fmt, median
-
-Load = Callable[[str], Optional[dict]]
-
-
-@dataclass(frozen=True)
-class Goal:
-    what: str
-    goal: str
-    measured: str = "(not run)"
-    met: Optional[bool] = None
-    bound: str = ""
-
-
-def _num(value) -> float:
-    return float("nan") if value is None else float(value)
+from benchmarks.goal import Goal, Load, num
 
 
 def tokenizer_workers(load: Load) -> list[Goal]:
@@ -31,8 +17,8 @@ def tokenizer_workers(load: Load) -> list[Goal]:
     if data is None:
         return [Goal(what, "max <= 2 ms")]
     n1, n2 = data["median"]["N=1"], data["median"]["N=2"]
-    busy, other, idle = (_num(n2[k]) for k in ("lag_busy_ms", "lag_other_ms", "lag_idle_loop_ms"))
-    calm = _num(n2.get("lag_streams_only_ms"))
+    busy, other, idle = (num(n2[k]) for k in ("lag_busy_ms", "lag_other_ms", "lag_idle_loop_ms"))
+    calm = num(n2.get("lag_streams_only_ms"))
     worst = max(busy, other)
     bound = (f"with the four short streams alone, before the chat, the workers' loops already lag "
              f"<= {fmt(calm, 0)} ms: serving those streams (the engine thread and the runtime's "
@@ -41,7 +27,7 @@ def tokenizer_workers(load: Load) -> list[Goal]:
              "window (the workers' figures are histogram buckets: 2, 5, 10 ms)")
     return [Goal(what, "max <= 2 ms",
                  f"<= {fmt(busy, 0)} ms in the process tokenizing it, <= {fmt(other, 0)} ms in "
-                 f"the other (N=1: <= {fmt(_num(n1['lag_busy_ms']), 0)} ms)",
+                 f"the other (N=1: <= {fmt(num(n1['lag_busy_ms']), 0)} ms)",
                  worst <= 2.0, "" if worst <= 2.0 else bound),
             Goal("tokenizer workers: Text-mode tok/s at concurrency 16", "N=2 vs N=1",
                  f"{fmt(data['speedup'])}x", None)]
@@ -107,10 +93,10 @@ def chunked_prefill(load: Load) -> list[Goal]:
     chunked, plain = ratios.get("agg-chunked", {}).get("16"), ratios.get("agg", {}).get("16")
     if not chunked or not plain:
         return [Goal(what, "<= 4"), Goal("chunked prefill: tok/s vs without", ">= 1.0x")]
-    itl = _num(chunked.get("itl_p99_over_p50"))
+    itl = num(chunked.get("itl_p99_over_p50"))
     tput = chunked["throughput_vs_engine"] / plain["throughput_vs_engine"]
     return [Goal(what, "<= 4", f"{fmt(itl, 1)} (without chunking "
-                 f"{fmt(_num(plain.get('itl_p99_over_p50')), 1)})", itl <= 4.0),
+                 f"{fmt(num(plain.get('itl_p99_over_p50')), 1)})", itl <= 4.0),
             Goal("chunked prefill: tok/s vs without", ">= 1.0x", f"{fmt(tput)}x", tput >= 1.0,
                  "" if tput >= 1.0 else "a prompt prefilled in 256-token chunks runs more "
                  "forward passes (each with the decode rows) than one whole-prompt pass")]
@@ -160,35 +146,6 @@ def vs_transformers(load: Load) -> list[Goal]:
     if data is None:
         return [Goal(what, ">= 2x")]
     return [Goal(what, ">= 2x", f"{fmt(data['ratio'])}x", data["ratio"] >= 2.0)]
-
-
-# (what, ratio key in bench_aiperf.json, target, met?) on the same engine: `--engine sglang`
-# against Dynamo 1.6.1's `python -m dynamo.sglang` under aiperf's load, aggregated (agg-sglang
-# against dynamo-sglang) and disaggregated (disagg-sglang against dynamo-sglang-disagg).
-AIPERF_GOALS = (
-    ("output tok/s", "output_tok_per_s", ">= 1.0x", lambda r: r >= 1.0),
-    ("TTFT p50", "ttft_p50", "<= 1.0x", lambda r: r <= 1.0),
-    ("worker CPU per output token", "worker_cpu_per_token", "<= 0.8x", lambda r: r <= 0.8),
-)
-# (arm, label, the reference arm its ratios must be taken against).
-AIPERF_PAIRS = (("agg-sglang", "dynamo.sglang's", "dynamo-sglang"),
-                ("disagg-sglang", "dynamo.sglang disagg's", "dynamo-sglang-disagg"))
-
-
-def aiperf_parity(load: Load) -> list[Goal]:
-    data = load("bench_aiperf") or {}
-    out = []
-    for arm, ref, reference in AIPERF_PAIRS:
-        ratios = (data.get("ratios") or {}).get(arm) or {}
-        # Results from before references were recorded are against dynamo-sglang.
-        if ratios.get("reference", "dynamo-sglang") != reference:
-            ratios = {}  # measured against another reference: decides nothing
-        for what, key, target, check in AIPERF_GOALS:
-            label = f"aiperf: {arm} {what} / {ref}"
-            value = _num(ratios.get(key)) if ratios else None
-            out.append(Goal(label, target) if value is None else
-                       Goal(label, target, f"{fmt(value)}x", value == value and check(value)))
-    return out
 
 
 def idle_cpu(load: Load) -> list[Goal]:

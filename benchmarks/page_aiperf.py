@@ -21,11 +21,19 @@ Load, all aiperf's: synthetic chat prompts of 256 tokens, 32 output tokens (`ign
 streamed, concurrency 8, a warm-up of 8 requests, then the measured requests; token counts from
 the server's `usage` (`--use-server-token-count`). Output tok/s, TTFT and ITL percentiles (aiperf's
 ITL: a request's decode time over its tokens after the first) are read from aiperf's JSON export.
-Worker CPU per output token: every process of the arm's workers (with SGLang's scheduler
-processes) sampled from `/proc` every 100 ms, cut to aiperf's measured phase, over its output
-tokens. The goals compare agg-sglang with dynamo-sglang and disagg-sglang with
-dynamo-sglang-disagg (the same engine). The size knob:
-`BENCH_AIPERF_REQUESTS` (measured requests per run; `make bench` 64, `--quick` 16).
+Worker CPU per output token: every process of the arm's workers (with SGLang's scheduler and
+detokenizer processes) sampled from `/proc` every 100 ms, cut to aiperf's measured phase, over its
+output tokens; *of it worker processes*: the worker processes alone (the Dynamo runtime, the
+handlers and, on SGLang, its tokenizer manager), each also compared with the reference's process
+of the same role. The goals compare agg-sglang with dynamo-sglang and disagg-sglang with
+dynamo-sglang-disagg (the same engine). The size knob: `BENCH_AIPERF_REQUESTS` (measured
+requests per run; `make bench` 64, `--quick` 16).
+
+While one arm is measured, every other arm's SGLang scheduler and detokenizer processes are
+stopped (SIGSTOP, then SIGCONT): idle, SGLang's disaggregated schedulers keep polling on its CPU
+path (their event loop and NIXL's UCX threads; four of them took both cores of this machine), so
+the arm measured would otherwise share the machine with the idle ones. The worker and frontend
+processes keep running, and with them the arms' discovery registrations.
 
 Noise: on this shared 2-core machine a single `--quick` run decides nothing. Two of them on
 2026-12-03, while other engineers' tests ran (load averages up to 21 and 29), gave agg-sglang

@@ -83,18 +83,25 @@ def _at(samples: list[tuple[float, float]], t: float) -> float:
 
 class TreeCpuRecorder:
     """Samples the trees under `roots` every `interval_s` in a thread: with `with` around a run,
-    `samples` holds (time.time(), cumulative CPU seconds) pairs covering it. The trees are listed
-    once, on entry (a scan of /proc per sample would cost more CPU than the sample itself)."""
+    `samples` holds (time.time(), cumulative CPU seconds) pairs covering it, `root_samples[pid]`
+    the same for each root process alone. The trees are listed once, on entry (a scan of /proc
+    per sample would cost more CPU than the sample itself)."""
 
     def __init__(self, roots: list[int], interval_s: float = 0.1) -> None:
         self.roots, self.interval_s = roots, interval_s
         self.pids: list[int] = []
         self.samples: list[tuple[float, float]] = []
+        # Each root process alone (without its children), sampled with the trees.
+        self.root_samples: dict[int, list[tuple[float, float]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
 
     def _sample(self) -> None:
-        self.samples.append((time.time(), sum(process_cpu_s(pid) for pid in self.pids)))
+        per = {pid: process_cpu_s(pid) for pid in self.pids}
+        now = time.time()
+        self.samples.append((now, sum(per.values())))
+        for pid in self.roots:
+            self.root_samples.setdefault(pid, []).append((now, per.get(pid, 0.0)))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

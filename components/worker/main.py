@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+import uvloop
 from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
 from dynamo.runtime import DistributedRuntime
 
@@ -236,7 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     dump_worker_config(config)  # 1.6.1's --dump-config-to
     code = 0
     try:
-        code = asyncio.run(run_worker(config, argv))
+        # uvloop, as Dynamo's own workers run (`python -m dynamo.sglang`): its loop spends less
+        # CPU per streamed item than asyncio's selector loop.
+        code = uvloop.run(run_worker(config, argv))
     except StartupInterrupted as exc:
         logger.info("%s while the engine was starting: stopped, nothing was served", exc)
     # Everything is drained and shut down. Skip interpreter finalization: Dynamo's runtime

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.aiperf_goals import aiperf_parity
 from benchmarks.aiperf_report import (
-    DISAGG_REFERENCE, REFERENCE, add_worker_cpu, headline, integrity_problems, load_export,
-    parse_export, ratios_to_reference, table, workload,
+    DISAGG_REFERENCE, REFERENCE, add_worker_cpu, arm_median, headline, integrity_problems,
+    load_export, parse_export, ratios_to_reference, table, workload,
 )
-from benchmarks.goals import aiperf_parity
 from benchmarks.proc_tree_cpu import cpu_between, descendants, process_cpu_s
 
 SAMPLE = Path(__file__).with_name("aiperf_export_sample.json")
@@ -42,10 +42,10 @@ def test_missing_metric_is_nan_and_a_cancelled_run_is_not_complete(tmp_path):
     assert m["complete"] is False
 
 
-def _arm(tok_s: float, ttft: float, cpu_s: float) -> dict:
+def _arm(tok_s: float, ttft: float, cpu_s: float, processes: dict | None = None) -> dict:
     m = parse_export(sample())
     m.update(output_tok_per_s=tok_s, ttft_p50_ms=ttft)
-    return add_worker_cpu(m, cpu_s)
+    return add_worker_cpu(m, cpu_s, processes or {"worker": cpu_s / 4})
 
 
 def test_worker_cpu_per_token_and_ratios_to_dynamo_sglang():
@@ -70,12 +70,40 @@ def test_goals_are_met_by_the_measured_ratios(ratios, met):
     disagg = dict(ratios, reference="dynamo-sglang-disagg")
     goals = aiperf_parity(lambda name: {"ratios": {"agg-sglang": ratios,
                                                    "disagg-sglang": disagg}})
-    assert [g.met for g in goals] == met + met
-    assert [g.met for g in aiperf_parity(lambda name: None)] == [None] * 6
+    # Each pair: its 3 goals, then one per worker process (agg: 1, disagg: 2), not measured.
+    assert [g.met for g in goals] == met + [None] + met + [None] * 2
+    assert [g.met for g in aiperf_parity(lambda name: None)] == [None] * 9
     # A disaggregated arm measured only against the aggregated worker decides nothing.
     agg_only = aiperf_parity(lambda name: {"ratios": {"agg-sglang": ratios,
                                                       "disagg-sglang": ratios}})
-    assert [g.met for g in agg_only] == met + [None] * 3
+    assert [g.met for g in agg_only] == met + [None] * 6
+
+
+def test_each_worker_process_and_the_spread_over_runs_are_compared():
+    ref_runs = [_arm(200.0, 100.0, 2.048, {"prefill": 0.1024, "decode": 0.4096})] * 2
+    runs = [_arm(100.0, 120.0, 2.048, {"prefill": 0.1024, "decode": 0.2048}),
+            _arm(300.0, 90.0, 2.048, {"prefill": 0.1024, "decode": 0.2048})]
+    all_runs = {DISAGG_REFERENCE: ref_runs, "disagg-sglang": runs}
+    medians = {arm: arm_median(rs) for arm, rs in all_runs.items()}
+    r = ratios_to_reference(medians, all_runs)["disagg-sglang"]
+    assert r["process_cpu_per_token"] == pytest.approx({"prefill": 1.0, "decode": 0.5})
+    assert r["run_spread"]["output_tok_per_s"] == pytest.approx([0.5, 1.5])
+    assert r["run_spread"]["ttft_p50"] == pytest.approx([0.9, 1.2])
+    # 1 - (0.1024 + 0.2048) / 2.048: the rest of the trees is SGLang's engine processes.
+    assert medians["disagg-sglang"]["engine_share"] == pytest.approx(0.85)
+    goals = {g.what: g for g in aiperf_parity(lambda name: {"ratios": {"disagg-sglang": r},
+                                                            "median": medians})}
+    decode = goals["aiperf: disagg-sglang decode worker process's CPU per output token / "
+                   "dynamo.sglang disagg's"]
+    assert (decode.measured, decode.met) == ("0.50x", True)
+    assert goals["aiperf: disagg-sglang prefill worker process's CPU per output token / "
+                 "dynamo.sglang disagg's"].met is False
+    tok_s = goals["aiperf: disagg-sglang output tok/s / dynamo.sglang disagg's"]
+    assert tok_s.met is True  # the median run: 1.0x
+    cpu = goals["aiperf: disagg-sglang worker CPU per output token / dynamo.sglang disagg's"]
+    assert cpu.met is False and "85% of this arm's CPU" in cpu.bound
+    assert "would still spend 0.85x" in cpu.bound  # the same tree CPU as the reference's
+    assert "decode 0.50x, prefill 1.00x" in cpu.bound
 
 
 def test_disaggregated_arms_are_compared_with_the_disaggregated_reference():
