@@ -104,6 +104,11 @@ def run_spread(runs: list[dict[str, Any]], ref_runs: list[dict[str, Any]]) -> di
                         ("worker_cpu_per_token", "worker_cpu_us_per_token")):
         values = [ratio(r[metric], b[metric]) for r, b in zip(runs, ref_runs)]
         out[key] = [min(values), max(values)] if values else []
+    for name in (runs[0].get("process_cpu_us_per_token") or {}) if runs else ():
+        values = [ratio(r["process_cpu_us_per_token"][name],
+                        b.get("process_cpu_us_per_token", {}).get(name))
+                  for r, b in zip(runs, ref_runs)]
+        out[f"process:{name}"] = [min(values), max(values)] if values else []
     return out
 
 

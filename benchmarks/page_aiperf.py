@@ -35,12 +35,10 @@ path (their event loop and NIXL's UCX threads; four of them took both cores of t
 the arm measured would otherwise share the machine with the idle ones. The worker and frontend
 processes keep running, and with them the arms' discovery registrations.
 
-Noise: on this shared 2-core machine a single `--quick` run decides nothing. Two of them on
-2026-12-03, while other engineers' tests ran (load averages up to 21 and 29), gave agg-sglang
-2.22x and 0.61x dynamo-sglang's tok/s; the line above the table says how loaded the machine was.
-The goals wait for `make bench` (3 runs of 64 requests) on an idle machine. Not yet explained:
-on the CPU-engine disagg arm aiperf sees ITLs near 0 ms, each response in about one HTTP read
-(aiperf's `http_req_chunks_received` p50 1). 8 concurrent streams of a plain client against the
-same topology show it too: some requests get all 25-30 content chunks within 1 ms, hundreds of
-ms after sending (alone, a request's chunks arrive over about 60 ms).
+Noise: the arms of a repetition run back to back, and the goals' bounds give each ratio's spread
+over the repetitions. Before the other arms' engine processes were stopped during a run, their
+polling decided the figures: one arm measured at 232 tok/s with them running served about 600
+alone, and the CPU-engine disagg arm's responses arrived in bursts (ITL p50 0.4 ms; 5.4 ms in this
+run). The disaggregated SGLang arms stay slow on this machine because of their own polling: an
+idle SGLang prefill + decode pair took 1.97 of the 2 cores over 10 s (2026-12-03).
 """

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 25 minutes on 2 idle cores (bench_aiperf
-# about 6 of them; BENCH_AIPERF_REQUESTS sizes it: measured requests per aiperf run).
+# tables are collected in results/summary.md. About 40 minutes on 2 cores (2026-12-03: bench_aiperf
+# 12 of them, bench_serving 8; BENCH_AIPERF_REQUESTS sizes aiperf: measured requests per run).
 #   bash benchmarks/run_all.sh             # the full run
 #   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~6 minutes)
 #   bash benchmarks/run_all.sh --publish   # full run, then copy PNG + JSON to docs/bench/ and
