@@ -17,7 +17,7 @@ import pytest
 
 from harness.topology import Proc, Stack, wait_until
 from tests.e2e.client import long_stream
-from tests.support.topologies import CONTEXT_LENGTH
+from tests.support.topologies import CONTEXT_LENGTH, start_alone
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -36,8 +36,7 @@ def stack(tmp_path_factory, tiny_model_path):
 
 
 def start(stack: Stack, name: str, *extra: str) -> Proc:
-    proc = stack.start_worker(name, "null", name, *ARGS, "--endpoint",
-                              f"dyn://dynamo.{name.replace('-', '_')}.generate", *extra)
+    proc = start_alone(stack, name, *ARGS, *extra)
     stack.wait_ready(name, timeout=240)
     return proc
 

@@ -18,7 +18,7 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import long_stream
-from tests.support.topologies import ENGINE_ARGS, SGLANG_AGG_ARGS
+from tests.support.topologies import ENGINE_ARGS, SGLANG_AGG_ARGS, start_alone
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -37,9 +37,7 @@ def stack(tmp_path_factory, tiny_model_path):
 
 
 def start(stack: Stack, engine: str, name: str, *extra: str, **env: str):
-    return stack.start_worker(name, "null", name, *ENGINES[engine], "--endpoint",
-                              f"dyn://dynamo.{name.replace('-', '_')}.generate", *extra,
-                              engine=engine, env=env)
+    return start_alone(stack, name, *ENGINES[engine], *extra, engine=engine, env=env)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

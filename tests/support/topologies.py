@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.services import Services
-from harness.topology import Stack, free_port
+from harness.topology import Proc, Stack, free_port
 
 DISAGG = "tiny"
 _NAMESPACES = itertools.count()
@@ -37,6 +37,15 @@ ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "6
 # needs it) or the frontend's prefill router (Dynamo 1.6.1's style, Tokens mode).
 DECODE_ORCHESTRATED = "decode"
 FRONTEND_ORCHESTRATED = "frontend"
+
+
+def start_alone(stack: Stack, name: str, *args: str, engine: str = "cpu",
+                env: Optional[dict[str, str]] = None) -> Proc:
+    """An aggregated worker serving model `name` from a component of its own (one worker per
+    model in a shared stack, so a test can stop or kill it alone)."""
+    return stack.start_worker(name, "null", name, *args, "--endpoint",
+                              f"dyn://dynamo.{name.replace('-', '_')}.generate",
+                              engine=engine, env=env)
 
 
 def start_prefill(stack: Stack, name: str, skip_tokenizer_init: bool,
