@@ -17,7 +17,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -106,27 +106,25 @@ class AiperfArms:
         return out
 
     @contextmanager
-    def only(self, name: str) -> Iterator[None]:
-        """Freeze every other arm's SGLang engine processes while `name` is measured.
+    def only(self, name: str) -> Iterator[Callable[[], None]]:
+        """Freeze every arm's SGLang engine processes; yield `thaw`, which resumes `name`'s.
 
         Idle, SGLang's disaggregated schedulers keep polling (their event loop and NIXL's UCX
-        threads): on 2 cores, four of them take the whole machine from the arm being measured.
-        Only those processes stop (SIGSTOP): the worker processes keep their discovery
+        threads): on 2 cores, four of them take the whole machine from the arm being measured,
+        and the measured arm's own take it from aiperf's set-up (tokenizer, synthetic dataset:
+        20-40 s instead of ~8 s), so the caller thaws that arm only when aiperf is ready to
+        send. Only those processes stop (SIGSTOP): the worker processes keep their discovery
         registrations alive, and the frontends keep serving (a whole arm stopped past the
         file discovery's time-to-live loses its registrations).
         """
-        frozen = [pid for other in self.stacks if other != name
-                  for pid in self.engine_subprocesses(other)]
-        for pid in frozen:
-            os.kill(pid, signal.SIGSTOP)
+        frozen = {arm: self.engine_subprocesses(arm) for arm in self.stacks}
+        for pids in frozen.values():
+            _signal(pids, signal.SIGSTOP)
         try:
-            yield
+            yield lambda: _signal(frozen.pop(name, []), signal.SIGCONT)
         finally:
-            for pid in frozen:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    continue
+            for pids in frozen.values():
+                _signal(pids, signal.SIGCONT)
 
     def stop(self) -> list[str]:
         """Stop every arm; the run directories kept (their logs), if any."""
@@ -138,3 +136,11 @@ class AiperfArms:
             else:
                 shutil.rmtree(stack.workdir, ignore_errors=True)
         return kept
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # exited meanwhile
+            continue

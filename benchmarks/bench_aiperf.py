@@ -26,6 +26,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.aiperf_arms import ARMS, AiperfArms
@@ -37,6 +39,8 @@ from benchmarks.proc_tree_cpu import TreeCpuRecorder, cpu_between
 
 logger = logging.getLogger("bench_aiperf")
 AIPERF = REPO_ROOT / ".venv-aiperf" / "bin" / "aiperf"
+# aiperf 0.13 logs this once its tokenizer and dataset are ready, before its warm-up requests.
+AIPERF_CONFIGURED = b"AIPerf System is CONFIGURED"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -78,17 +82,39 @@ def aiperf_argv(args: argparse.Namespace, served: str, url: str, artifact_dir: P
             "--workers-max", "1", "--record-processor-service-count", "1"]
 
 
-def run_once(args, arms: AiperfArms, name: str, artifact_dir: Path) -> dict:
-    argv = aiperf_argv(args, arms.served, arms.url(name), artifact_dir)
+def run_aiperf(argv: list[str], log: Path, timeout: float,
+               on_configured: Callable[[], None]) -> int:
+    """aiperf's exit status, its output in `log`; `on_configured()` once its set-up is done."""
     # aiperf runs in its own environment. No HF_HUB_OFFLINE: aiperf 0.13 then takes the local
     # tokenizer directory for a hub repo id and fails; with a local path it reaches no network.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    with (open(log, "wb") as out, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                                   stderr=subprocess.STDOUT) as proc):
+        pump = threading.Thread(target=_pump, args=(proc.stdout, out, on_configured), daemon=True)
+        pump.start()
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        finally:
+            pump.join(timeout=10.0)  # the pipe closes when aiperf exits
+
+
+def _pump(stream, out, on_configured: Callable[[], None] | None) -> None:
+    for line in stream:
+        out.write(line)
+        if on_configured is not None and AIPERF_CONFIGURED in line:
+            on_configured()
+            on_configured = None
+
+
+def run_once(args, arms: AiperfArms, name: str, artifact_dir: Path) -> dict:
+    argv = aiperf_argv(args, arms.served, arms.url(name), artifact_dir)
     log = artifact_dir.with_suffix(".log")
     artifact_dir.parent.mkdir(parents=True, exist_ok=True)
-    with (arms.only(name), TreeCpuRecorder(arms.worker_pids(name)) as cpu,
-          open(log, "wb") as out):
-        rc = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                            timeout=args.run_timeout, check=False).returncode
+    with arms.only(name) as thaw, TreeCpuRecorder(arms.worker_pids(name)) as cpu:
+        rc = run_aiperf(argv, log, args.run_timeout, thaw)
     if rc != 0:
         raise RuntimeError(f"aiperf exited with {rc} on {name}:\n"
                            + log.read_text(errors="replace")[-3000:])

@@ -109,7 +109,7 @@ def main() -> None:
     p = engine_bench_parser(__doc__, runs=3)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=32)
     args = parse_engine_bench_args(p)
     logging.basicConfig(level=logging.WARNING)
     res = measure(args)

@@ -32,8 +32,10 @@ requests per run; `make bench` 64, `--quick` 16).
 While one arm is measured, every other arm's SGLang scheduler and detokenizer processes are
 stopped (SIGSTOP, then SIGCONT): idle, SGLang's disaggregated schedulers keep polling on its CPU
 path (their event loop and NIXL's UCX threads; four of them took both cores of this machine), so
-the arm measured would otherwise share the machine with the idle ones. The worker and frontend
-processes keep running, and with them the arms' discovery registrations.
+the arm measured would otherwise share the machine with the idle ones. The measured arm's own
+are stopped too until aiperf reports its set-up done (its tokenizer and synthetic dataset), just
+before the warm-up: polling, a disaggregated pair stretched that set-up from ~6 s to ~35 s. The
+worker and frontend processes keep running, and with them the arms' discovery registrations.
 
 Noise: the arms of a repetition run back to back, and the goals' bounds give each ratio's spread
 over the repetitions. Before the other arms' engine processes were stopped during a run, their

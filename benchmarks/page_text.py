@@ -28,7 +28,7 @@ from seed 0. KV cache: 16 KiB per token.
 **Commands.**
 
 ```bash
-make bench                                  # = bash benchmarks/run_all.sh: everything, ~25 min
+make bench                                  # = bash benchmarks/run_all.sh: everything, ~27 min
 bash benchmarks/run_all.sh --quick          # smoke run (~6 min, 1 repetition, smaller sizes)
 bash benchmarks/run_all.sh --publish        # full run, then copy PNG + JSON here (docs/bench/)
 python -m benchmarks.summary --docs docs/benchmarks.md   # regenerate this page from docs/bench/
@@ -52,9 +52,10 @@ and measured in interleaved, rotated order at each concurrency:
 Workers run in Tokens mode (`--skip-tokenizer-init`: the frontend applies the chat template and
 tokenizes), as Dynamo deploys SGLang. Workload: random prompts from a fixed seed, **128 to 1,024
 tokens** (chat-templated length, sglang's `random` dataset style), **32 output tokens** forced with
-`max_tokens` + `ignore_eos`, greedy; closed loop at **concurrency 1, 4 and 16** with 2 requests
-per client (at least 4). `--request-rate R` adds an open-loop (Poisson) run; `--text-mode` runs
-the workers in Text mode (they apply the template and tokenize, off the event loop).
+`max_tokens` + `ignore_eos`, greedy; closed loop at **concurrency 1 and 16** (`make bench`; the
+benchmark's default adds 4) with 2 requests per client (at least 4). `--request-rate R` adds an
+open-loop (Poisson) run; `--text-mode` runs the workers in Text mode (they apply the template and
+tokenize, off the event loop).
 Definitions: TTFT = request sent to first token; ITL = every gap between token-carrying chunks;
 TPOT = (E2E - TTFT) / (tokens - 1); throughput = tokens or requests over the run's wall time.
 Tokens are counted from Dynamo's per-chunk `nvext.completion_token_ids` (requested with
@@ -166,7 +167,10 @@ The same benchmark on the `tiny` model (hidden 64, 2 layers: a forward pass cost
 millisecond), with an open-loop run added. Compute almost vanishes, so what is left is the cost
 per request and per token of the serving path itself: HTTP and SSE, the frontend's tokenization
 and detokenization, the request plane, the handler (and, disaggregated, the second hop and the KV
-hand-off), against the same engine called in-process.
+hand-off), against the same engine called in-process. Both ways to disaggregate are measured
+(docs/architecture.md, "Two orchestration styles"): **disagg** is Dynamo 1.6.1's own orchestration
+(the frontend sends each request to a prefill worker, then to a decode worker with the prefill's
+bootstrap answer), **disagg-decode** the decode worker calling its prefill worker itself.
 """
 
 TOKEN_CPU = """\
@@ -199,7 +203,7 @@ runs on the engine thread.
 VS_TRANSFORMERS = """\
 `python -m benchmarks.bench_vs_transformers`: the CPU engine against transformers' own continuous
 batching (`model.generate_batch`, stock `sdpa` attention) on the same `small` model, the same
-torch thread count and the same prompts (a batch of 16 prompts of 128 tokens, 64 new tokens each,
+torch thread count and the same prompts (a batch of 16 prompts of 128 tokens, 32 new tokens each,
 greedy, `ignore_eos`), both given the whole batch at once; wall time from submission to the last
 token, prefill included. The arms alternate within each repetition after one warm-up each.
 """
@@ -219,19 +223,11 @@ with the four short streams alone, just before the long chat: the reference for 
 adds.
 """
 
-SERVING_STYLES = """\
-The serving benchmark's two disaggregated arms side by side (`--arms disagg,disagg-decode`):
-**disagg** is Dynamo 1.6.1's own orchestration (the frontend sends each request to a prefill
-worker, then to a decode worker with the prefill's bootstrap answer), **disagg-decode** the
-decode worker calling its prefill worker itself (docs/architecture.md, "Two ways to
-disaggregate"). Same workload and model as the first table.
-"""
-
 IDLE_CPU = """\
 `python -m benchmarks.bench_idle_cpu`: each worker registered behind its own frontend, probed
 with one request, then left alone; the CPU its own process (event loop, Dynamo's runtime
 threads, the CPU engine's thread) and its whole process tree use, in cores, over `--window`
-seconds (20 in `make bench`; the run's own is `window_s` in `idle_cpu.json`).
+seconds (12 in `make bench`; the run's own is `window_s` in `idle_cpu.json`).
 `sglang` and `dynamo-sglang` have SGLang's scheduler and detokenizer processes as children (on
 SGLang's CPU path its scheduler polls while idle); `floor` is the Python worker that only streams
 (its shared step clock keeps ticking while idle). The worker samples its loop lag only while
@@ -241,8 +237,6 @@ requests are in flight (`components/worker/loop_lag.py`).
 SECTIONS = [
     ("serving", "Serving: engine in-process vs Dynamo aggregated vs disaggregated", SERVING),
     ("serving_tiny", "Serving overhead with a near-zero-cost model (tiny)", SERVING_TINY),
-    ("serving_styles", "Disaggregation orchestrated by the frontend vs by the decode worker",
-     SERVING_STYLES),
     ("token_cpu", "CPU per output token, by process and thread", TOKEN_CPU),
     ("idle_cpu", "What an idle worker costs", IDLE_CPU),
     ("bench_aiperf", "aiperf: this worker vs Dynamo 1.6.1's dynamo.sglang", AIPERF),

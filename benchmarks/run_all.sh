@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 40 minutes on 2 cores (2026-12-03: bench_aiperf
-# 12 of them, bench_serving 8; BENCH_AIPERF_REQUESTS sizes aiperf: measured requests per run).
+# tables are collected in results/summary.md. About 27 minutes on 2 cores (BENCH_AIPERF_REQUESTS
+# sizes aiperf: measured requests per run).
 #   bash benchmarks/run_all.sh             # the full run
 #   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~6 minutes)
 #   bash benchmarks/run_all.sh --publish   # full run, then copy PNG + JSON to docs/bench/ and
@@ -23,6 +23,8 @@ for arg in "$@"; do
     esac
 done
 mkdir -p "$OUT"
+# On tiny, both disaggregation styles (docs/architecture.md): what each costs the serving path.
+TINY_ARMS=engine,agg,agg-chunked,disagg,disagg-decode
 
 "$PY" -m components.model_builder --size tiny --out .cache/models/tiny-seed0 --if-missing
 "$PY" -m components.model_builder --size small --out .cache/models/small-seed0 --if-missing
@@ -38,9 +40,8 @@ if [[ $QUICK == 1 ]]; then
     TW_ARGS=(--runs 1 --tokens 16384)
     CONSTRAINED_ARGS=(--runs 1)
     SERVING_ARGS=(--quick)
-    SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0)
+    SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0 --arms "$TINY_ARMS")
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
-    SERVING_STYLES_ARGS=(--quick --tag styles --arms disagg,disagg-decode)
     TOKEN_CPU_ARGS=(--quick)
     IDLE_ARGS=(--window 5 --arms cpu,floor)
     PREFIX_ARGS=(--runs 1)
@@ -48,25 +49,23 @@ if [[ $QUICK == 1 ]]; then
     # aiperf's size knob: measured requests per aiperf run (BENCH_AIPERF_REQUESTS).
     AIPERF_ARGS=(--runs 1 --requests "${BENCH_AIPERF_REQUESTS:-16}")
 else
-    STREAM_ARGS=(--runs 5)
-    PREPROCESS_ARGS=(--runs 5)
-    KV_ARGS=(--runs 5)
+    STREAM_ARGS=(--runs 3)
+    PREPROCESS_ARGS=(--runs 3)
+    KV_ARGS=(--runs 3)
     TTFT_ARGS=(--runs 3)
     ENGINE_ARGS=(--runs 3)
-    LOGPROBS_ARGS=(--runs 5)
+    LOGPROBS_ARGS=(--runs 3)
     VS_HF_ARGS=(--runs 3)
     TW_ARGS=(--runs 3)
-    CONSTRAINED_ARGS=(--runs 5)
-    SERVING_ARGS=(--runs 3)
+    CONSTRAINED_ARGS=(--runs 3)
+    SERVING_ARGS=(--runs 3 --concurrency 1,16)
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
-                       --request-rate 8 --open-loop-requests 32)
+                       --request-rate 8 --open-loop-requests 32 --arms "$TINY_ARMS")
     CHOICES_ARGS=(--runs 3)
-    # Frontend- vs decode-orchestrated disaggregation (docs/architecture.md).
-    SERVING_STYLES_ARGS=(--runs 3 --tag styles --arms disagg,disagg-decode --concurrency 1,16)
-    TOKEN_CPU_ARGS=(--runs 3)
-    IDLE_ARGS=(--window 20)
+    TOKEN_CPU_ARGS=(--runs 3 --requests-per-client 3)
+    IDLE_ARGS=(--window 12)
     PREFIX_ARGS=(--runs 3)
-    KV_ROUTING_ARGS=(--runs 3)
+    KV_ROUTING_ARGS=(--runs 3 --prefixes 4)
     AIPERF_ARGS=(--runs 3 --requests "${BENCH_AIPERF_REQUESTS:-64}")
 fi
 
@@ -95,7 +94,6 @@ run idle_cpu bench_idle_cpu "${IDLE_ARGS[@]}"
 # NVIDIA aiperf against this worker and Dynamo 1.6.1's dynamo.sglang (`make aiperf` installs it).
 run bench_aiperf bench_aiperf "${AIPERF_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
-run serving_styles bench_serving "${SERVING_STYLES_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run bench_logprobs bench_logprobs "${LOGPROBS_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
