@@ -1,5 +1,6 @@
 """Fixtures shared by more than one test directory."""
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Optional
 
@@ -9,6 +10,10 @@ from harness.services import Services
 from harness.topology import Stack
 from tests.support.models import model_path
 from tests.support.topologies import start_topology
+
+# Every SGLang worker the tests start (they inherit this environment) runs NIXL's progress thread
+# with this delay instead of spinning: tests/support/sglang_cpu/sitecustomize.py.
+os.environ.setdefault("TEST_NIXL_PROGRESS_DELAY_US", "1000")
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ COMMON = ("--served-model-name", f"{NAME} {NAME}-alias", "--skip-tokenizer-init"
           "--page-size", "16", "--max-total-tokens", "4096", "--context-length", "2048",
           "--max-running-requests", "8", "--host", "127.0.0.1", "--device", "cpu",
           "--attention-backend", "torch_native", "--disable-cuda-graph", "--dtype", "float32",
-          "--router-mode", "kv")
+          "--router-mode", "kv", "--sleep-on-idle")
 DISAGG = ("--disaggregation-transfer-backend", "nixl")
 DECODE = ("--disaggregation-mode", "decode", *DISAGG,
           "--disaggregation-decode-retraction-backup", "none")

@@ -25,7 +25,7 @@ from tests.support.tool_calls import (
     assert_enum_call, call_text, collect_stream, forced, reasoning_and_content,
 )
 from tests.support.topologies import (
-    DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, SGLANG_AGG_ARGS, SGLANG_ENGINE_ARGS,
+    DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, SGLANG_ENGINE_ARGS,
     start_sglang_decode,
     start_sglang_prefill,
 )
@@ -48,7 +48,7 @@ def start_text_disagg(stack: Stack) -> None:
 
 def start_agg(served: str, tokens: bool, parsers: tuple[str, ...]):
     def start(stack: Stack) -> None:
-        stack.start_worker("agg", "null", served, *SGLANG_AGG_ARGS, *parsers,
+        stack.start_worker("agg", "null", served, *SGLANG_ENGINE_ARGS, *parsers,
                            "--endpoint", "dyn://dynamo.sglang_agg.generate",
                            skip_tokenizer_init=tokens, engine="sglang")
     return start

@@ -18,11 +18,11 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from tests.e2e.client import long_stream
-from tests.support.topologies import ENGINE_ARGS, SGLANG_AGG_ARGS, start_alone
+from tests.support.topologies import ENGINE_ARGS, SGLANG_ENGINE_ARGS, start_alone
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
-ENGINES = {"cpu": ENGINE_ARGS, "sglang": SGLANG_AGG_ARGS}
+ENGINES = {"cpu": ENGINE_ARGS, "sglang": SGLANG_ENGINE_ARGS}
 GRACE_S, DRAIN_S = 1.5, 1.5
 LONG = ("--context-length", "8192")  # a stream far longer than grace + drain
 EXIT_BOUND_S = 20.0  # a signalled worker is gone within this (beyond grace + drain)

@@ -22,7 +22,7 @@ import pytest
 from harness.topology import Stack, wait_until
 from harness.worker_metrics import PREFIX, attached_pids, scrape, system_port_of
 from tests.e2e.client import chat, error_message, post, stream, user
-from tests.support.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_AGG_ARGS
+from tests.support.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -165,7 +165,7 @@ def test_a_killed_attached_process_frees_its_requests_pages(stack):
 def start_sglang_tw(stack: Stack, name: str = "sglang") -> None:
     ready = "worker ready: agg serving"
     before = stack.procs[name].log_text().count(ready) if name in stack.procs else 0
-    stack.start_worker(name, "null", SGLANG, *SGLANG_AGG_ARGS, "--tokenizer-worker-num", "2",
+    stack.start_worker(name, "null", SGLANG, *SGLANG_ENGINE_ARGS, "--tokenizer-worker-num", "2",
                        "--endpoint", "dyn://dynamo.sglang.generate", skip_tokenizer_init=False,
                        engine="sglang")
     stack.wait_ready(SGLANG, timeout=240)

@@ -104,17 +104,14 @@ def start_topology(workdir: Path, model_path: str, skip_tokenizer_init: bool,
 
 # SGLang on CPU: an explicitly sized pool; its default page size (the resolved one is registered).
 # Bounded JSON whitespace lets the random model's constrained output end (structured output tests).
+# Every SGLang worker sleeps while idle (SGLang's --sleep-on-idle): on its CPU path an idle
+# scheduler's main thread polls at up to a core, and a test module holds several engines on two
+# cores. Prefill and decode schedulers also run NIXL's progress thread, which spins unless given
+# a delay (tests/support/sglang_cpu/sitecustomize.py gives it one). Measured on SGLang 0.5.23's
+# CPU path: an idle prefill + decode pair took 1.97 cores without either, 0.05 with both.
 SGLANG_ENGINE_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--max-total-tokens", "8192",
-                      "--max-running-requests", "32", "--constrained-json-max-whitespace-cnt", "1")
-
-
-# Aggregated SGLang workers sleep while idle (SGLang's --sleep-on-idle): on its CPU path an idle
-# scheduler polls at about 0.4 cores, and a test module holds several engines on two cores. With
-# the flag an idle aggregated worker's process tree uses about 0.02 cores. Prefill and decode
-# scheduler processes keep using 0.5-0.9 cores with it (measured on SGLang 0.5.23's CPU path:
-# their main thread does sleep in SGLang's idle poll, the load is in another of their threads),
-# so they are not given a flag that changes nothing.
-SGLANG_AGG_ARGS = (*SGLANG_ENGINE_ARGS, "--sleep-on-idle")
+                      "--max-running-requests", "32", "--constrained-json-max-whitespace-cnt", "1",
+                      "--sleep-on-idle")
 
 
 def _sglang_disagg_args(orchestrator: str, extra: tuple[str, ...]) -> tuple[str, ...]:
@@ -157,7 +154,7 @@ def start_sglang_topology(workdir: Path, model_path: str, skip_tokenizer_init: b
             start_sglang_prefill(stack, "prefill", skip_tokenizer_init, orchestrator, extra)
             start_sglang_decode(stack, "sglang", skip_tokenizer_init, orchestrator, extra)
         else:
-            stack.start_worker("sglang", "null", SGLANG, *SGLANG_AGG_ARGS, *endpoint, *extra,
+            stack.start_worker("sglang", "null", SGLANG, *SGLANG_ENGINE_ARGS, *endpoint, *extra,
                                skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
         if with_agg:
             stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,

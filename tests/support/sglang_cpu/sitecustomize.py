@@ -11,6 +11,11 @@ modules are adjusted right after they load.
 - `disaggregation.prefill`: when it early-sends a prefix already in its radix cache under the
   overlap scheduler, the prefill creates a `torch.cuda.Event`, which CPU torch cannot build. CPU
   ops are synchronous and NIXL ignores the event, so torch.cpu's event and stream stand in.
+- `nixl_cu13._api` (what `nixl._api` is at run time): NIXL's Python API starts its progress
+  thread with no delay (`pthrDelay = 0`), so UCX's shared progress thread spins a core in every
+  prefill and decode scheduler, idle or not; on the tests' 2 cores a disaggregated pair then
+  took most of the machine. With TEST_NIXL_PROGRESS_DELAY_US set (the test suite sets it; the
+  benchmarks do not, so they measure NIXL as SGLang configures it), the thread waits that long.
 - `configs.deepseek_ocr` and `multimodal.internvl_utils` (imported by the config package) import
   `torchvision.transforms` at module level; the registry's torchvision links CUDA. A stand-in
   is importable only while those modules execute and is
@@ -30,6 +35,8 @@ from typing import Any, Callable
 
 _CONN = "sglang.srt.disaggregation.nixl.conn"
 _PREFILL = "sglang.srt.disaggregation.prefill"
+_NIXL_API = "nixl_cu13._api"
+_NIXL_DELAY_ENV = "TEST_NIXL_PROGRESS_DELAY_US"
 _NEEDS_TORCHVISION = frozenset({"sglang.srt.configs.deepseek_ocr",
                                 "sglang.srt.multimodal.internvl_utils"})
 _TORCHVISION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -72,12 +79,32 @@ def _patch_prefill(module: types.ModuleType) -> None:
     module.torch = _TorchWithCpuEvents(module.torch)
 
 
+class _BindingsWithProgressDelay:
+    """NIXL's bindings, except that an agent's progress thread waits between its rounds."""
+
+    def __init__(self, bindings: Any, delay_us: int) -> None:
+        self._bindings = bindings
+        self._delay_us = delay_us
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bindings, name)
+
+    def nixlAgent(self, name: str, config: Any) -> Any:  # noqa: N802 (NIXL's own name)
+        config.pthrDelay = self._delay_us
+        return self._bindings.nixlAgent(name, config)
+
+
+def _patch_nixl_api(module: types.ModuleType) -> None:
+    module.nixlBind = _BindingsWithProgressDelay(module.nixlBind, int(os.environ[_NIXL_DELAY_ENV]))
+
+
 def _no_patch(module: types.ModuleType) -> None:
     del module
 
 
 _PATCHES: dict[str, Callable[[types.ModuleType], None]] = {
-    _CONN: _patch_conn, _PREFILL: _patch_prefill, **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch)}
+    _CONN: _patch_conn, _PREFILL: _patch_prefill, **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
+    **({_NIXL_API: _patch_nixl_api} if os.environ.get(_NIXL_DELAY_ENV) else {})}
 
 
 @contextlib.contextmanager
