@@ -112,7 +112,7 @@ class AiperfArms:
         Idle, SGLang's disaggregated schedulers keep polling (their event loop and NIXL's UCX
         threads): on 2 cores, four of them take the whole machine from the arm being measured,
         and the measured arm's own take it from aiperf's set-up (tokenizer, synthetic dataset:
-        20-40 s instead of ~8 s), so the caller thaws that arm only when aiperf is ready to
+        ~35 s instead of ~6 s), so the caller thaws that arm only when aiperf is ready to
         send. Only those processes stop (SIGSTOP): the worker processes keep their discovery
         registrations alive, and the frontends keep serving (a whole arm stopped past the
         file discovery's time-to-live loses its registrations).

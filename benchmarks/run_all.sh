@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 27 minutes on 2 cores (BENCH_AIPERF_REQUESTS
+# tables are collected in results/summary.md. About 28 minutes on 2 cores (BENCH_AIPERF_REQUESTS
 # sizes aiperf: measured requests per run).
 #   bash benchmarks/run_all.sh             # the full run
 #   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~6 minutes)
@@ -40,7 +40,8 @@ if [[ $QUICK == 1 ]]; then
     TW_ARGS=(--runs 1 --tokens 16384)
     CONSTRAINED_ARGS=(--runs 1)
     SERVING_ARGS=(--quick)
-    SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0 --arms "$TINY_ARMS")
+    SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0
+                       --arms "$TINY_ARMS")
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
     TOKEN_CPU_ARGS=(--quick)
     IDLE_ARGS=(--window 5 --arms cpu,floor)
