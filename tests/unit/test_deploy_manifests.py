@@ -242,3 +242,30 @@ def test_the_images_follow_the_container_recipe():
             assert _main(spec)["image"] == image, (name, spec["name"])
             # The tag is the project's version, so the operator is told Dynamo's.
             assert spec["runtimeVersionOverride"] == DYNAMO_VERSION, (name, spec["name"])
+
+
+# The options the project's pip line may take: none that adds packages (-r, extras, indexes).
+PIP_OPTIONS = {"--no-cache-dir", "--break-system-packages", "--no-deps"}
+# The image's own CUDA stack (Dynamo 1.6.1's SGLang): a pip line naming any of these would
+# replace what NVIDIA built and tested together.
+IMAGE_STACK = re.compile(r"^(sglang|torch|nixl|flashinfer|sgl[-_]kernel|cupy|cuda|nvidia|"
+                         r"transformers|ai[-_]dynamo)", re.I)
+
+
+def _pip_installs() -> list[list[str]]:
+    """The arguments of every `pip install` in the Dockerfile's RUN lines (continuations joined)."""
+    text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
+    commands = [c for run in re.findall(r"^RUN\s+(.*)$", text, re.M) for c in run.split("&&")]
+    return [c.split("pip install", 1)[1].split() for c in commands if "pip install" in c]
+
+
+def test_the_image_keeps_dynamos_sglang_stack():
+    """The project goes into the image without its dependencies and without extras: the base
+    image's sglang, torch, NIXL and kernels stay as shipped (deploy/README.md, "The image")."""
+    installs = _pip_installs()
+    assert len(installs) == 1, installs
+    options = [a for a in installs[0] if a.startswith("-")]
+    targets = [a for a in installs[0] if not a.startswith("-")]
+    assert "--no-deps" in options and set(options) <= PIP_OPTIONS, options
+    assert not [t for t in targets if IMAGE_STACK.match(Path(t).name)], targets
+    assert targets == ["/tmp/dynamo-sglang-pd"], targets  # the project alone, no [extra]
