@@ -44,6 +44,8 @@ class DynamoArgs:
     debug_routes: bool  # expose /engine/kv_pages on the system port (tests, ops)
     # Prefill: end a leg whose room no decode claimed within this (0: never)
     room_claim_timeout: float = 10.0
+    # Prefill: the room watch's TCP port on --host (0: a free port picked at startup)
+    room_watch_port: int = 0
 
     @property
     def namespace(self) -> str:
@@ -87,6 +89,14 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _port_or_zero(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in [0, 65535] (0: any free port), "
+                                         f"got {text}")
     return value
 
 
@@ -136,6 +146,10 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    help="prefill: seconds a leg's room may go unclaimed by its decode half "
                         "before the prefill stops it (the decode died or gave up before "
                         "claiming it); 0: wait for the engine's bootstrap timeout")
+    g.add_argument("--room-watch-port", type=_port_or_zero, default=DynamoArgs.room_watch_port,
+                   help="prefill: the TCP port on --host where the room watch listens for its "
+                        "decode workers' claims (open it between nodes); 0: a free port picked "
+                        "at startup")
     g.add_argument("--drain-timeout", type=_drain_timeout, default=WorkerConfig.drain_timeout,
                    help="seconds in-flight requests get to finish after SIGTERM and the grace "
                         "period (DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS, 5 s), as Dynamo "
@@ -186,7 +200,7 @@ def _dynamo_args(ns: argparse.Namespace, role: WorkerRole) -> DynamoArgs:
         discovery_backend=ns.discovery_backend, request_plane=ns.request_plane,
         prefill_wait_timeout=ns.prefill_wait_timeout,
         prefill_instance_timeout=ns.prefill_instance_timeout, debug_routes=ns.debug_routes,
-        room_claim_timeout=_room_claim_timeout(ns),
+        room_claim_timeout=_room_claim_timeout(ns), room_watch_port=ns.room_watch_port,
     )
 
 

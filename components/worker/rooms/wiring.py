@@ -28,11 +28,16 @@ logger = logging.getLogger(__name__)
 
 async def start_room_watch(runtime: Any, config: WorkerConfig,
                            bootstrap: tuple[str, int]) -> Optional[RoomWatchServer]:
-    """Prefill: listen on the configured host and say where on `<component>.room_watch`."""
+    """Prefill: listen on the configured host (at --room-watch-port, a fixed port a firewall
+    between nodes can open; 0: a free one) and say where on `<component>.room_watch`."""
     if not config.role.prefill or engine_pid() is not None:
         return None
-    server = RoomWatchServer(config.host, claim_timeout_s=config.dynamo.room_claim_timeout)
-    await server.start()
+    port = config.dynamo.room_watch_port
+    server = RoomWatchServer(config.host, port, claim_timeout_s=config.dynamo.room_claim_timeout)
+    try:
+        await server.start()
+    except RuntimeError as exc:
+        raise SystemExit(f"--room-watch-port {port}: {exc}") from None
     watch = (advertised_host(config.host, config.backend), server.port)
     endpoint = runtime.endpoint(room_watch_endpoint(config.dynamo.endpoint))
     serving = asyncio.ensure_future(endpoint.serve_endpoint(room_watch_answer(bootstrap, watch)))
