@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 REQS := requirements/base.txt requirements/sglang-cpu.txt requirements/constraints.txt pyproject.toml
 
-.PHONY: install etcd test test-fast fuzz demo bench aiperf models clean
+.PHONY: install etcd test test-fast fuzz demo bench aiperf models clean install-gpu test-gpu
 
 install: $(STAMP)
 
@@ -64,5 +64,28 @@ $(AIPERF_STAMP): requirements/aiperf.txt
 	$(AIPERF_VENV)/bin/pip install -q -r requirements/aiperf.txt
 	touch $(AIPERF_STAMP)
 
+# GPUs: Dynamo 1.6.1's own SGLang stack in .venv-gpu, as `pip install "ai-dynamo[sglang]==1.6.1"`
+# gives it (pyproject.toml's `gpu` extra says why that and nothing else), then this project
+# without deps, so nothing of that stack is replaced; then the test tools, held to the versions
+# the stack resolved. GPU_STACK is the `gpu` extra (tests/unit/test_gpu_install.py checks it).
+GPU_VENV := .venv-gpu
+GPU_STAMP := $(GPU_VENV)/.installed
+GPU_STACK := ai-dynamo[sglang]==1.6.1
+install-gpu: $(GPU_STAMP)
+
+$(GPU_STAMP): pyproject.toml requirements/gpu-test.txt
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/pip install -q --upgrade pip
+	$(GPU_VENV)/bin/pip install -q "$(GPU_STACK)"
+	$(GPU_VENV)/bin/pip list --format=freeze > $(GPU_VENV)/stack.txt
+	$(GPU_VENV)/bin/pip install -q --no-deps -e .
+	$(GPU_VENV)/bin/pip install -q -c $(GPU_VENV)/stack.txt -r requirements/gpu-test.txt
+	touch $(GPU_STAMP)
+
+# The GPU tier (tests/gpu: SGLang on CUDA, aggregated and disaggregated with KV over NIXL in
+# VRAM); every test skips, saying why, where no CUDA GPU is visible.
+test-gpu: install-gpu
+	$(GPU_VENV)/bin/python -m pytest tests/gpu -v -rA -p no:cacheprovider
+
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) .cache results
+	rm -rf $(VENV) $(AIPERF_VENV) $(GPU_VENV) .cache results
