@@ -3,6 +3,7 @@ and the CPU lines also with the CPU engine's parser into a valid EngineConfig.""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -17,11 +18,13 @@ from components.engine.config import EngineConfig
 pytestmark = pytest.mark.timeout(120)
 
 LAUNCH = Path(__file__).resolve().parents[3] / "launch"
+# A GPU launch checks that its GPUs exist: these dry runs see 8, whatever this machine has.
+GPU_ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
 
 
 def dry_run(script: str, *flags: str) -> dict[str, list[str]]:
     """{'frontend': argv, 'prefill': argv, ...} as the script would run them."""
-    out = subprocess.run([str(LAUNCH / script), "--dry-run", *flags], check=True,
+    out = subprocess.run([str(LAUNCH / script), "--dry-run", *flags], check=True, env=GPU_ENV,
                          capture_output=True, text=True, timeout=30).stdout
     lines = {}
     for line in out.splitlines():
@@ -125,7 +128,7 @@ def test_file_discovery_stays_the_default():
 
 def dry_run_env(script: str, *flags: str) -> list[str]:
     """The discovery environment --dry-run reports on stderr (`env: VAR=value ...`)."""
-    err = subprocess.run([str(LAUNCH / script), "--dry-run", *flags], check=True,
+    err = subprocess.run([str(LAUNCH / script), "--dry-run", *flags], check=True, env=GPU_ENV,
                          capture_output=True, text=True, timeout=30).stderr
     (line,) = [ln for ln in err.splitlines() if ln.startswith("env:")]
     return shlex.split(line[len("env:"):])
