@@ -24,11 +24,20 @@ class EngineLimits:
     # 1.6.1 does; None: not advertised.
     max_num_batched_tokens: int | None = None
     # Data-parallel ranks the router may pick (`routing.dp_rank`), registered as Dynamo 1.6.1
-    # does (`data_parallel_start_rank` 0, `data_parallel_size`: SGLang's --dp-size).
+    # does (`data_parallel_start_rank` 0, `data_parallel_size`: SGLang's DP ranks, attention-DP
+    # ones included).
     dp_size: int = 1
+    # SGLang's --dcp-size: its radix tree and KV events count pages of page_size * dcp_size
+    # tokens, the block size Dynamo 1.6.1 registers (`capacity.kv_event_block_size`).
+    dcp_size: int = 1
     # EAGLE-family speculative decoding: the router aligns its block hashes to SGLang's bigram
     # keys only when the card says `enable_eagle` (1.6.1 derives it the same way).
     enable_eagle: bool = False
+
+    @property
+    def kv_block_size(self) -> int:
+        """The block size the router hashes by: registered, and given to the KV publishers."""
+        return self.page_size * self.dcp_size
 
     @property
     def request_token_limit(self) -> int:

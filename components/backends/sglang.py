@@ -18,14 +18,37 @@ def _engine_module() -> Any:
     return sglang_engine
 
 
+def _positive_int(value: Any) -> int:
+    # An SGLang without the field, or one exposing it as a derived-field descriptor: 1.
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 1
+
+
+def dp_layout(server_args: Any) -> tuple[int, bool]:
+    """(DP ranks, whether they are attention-DP groups), Dynamo 1.6.1's rule
+    (`capacity.sglang_dp_layout`). SGLang 0.5.23 resolves the deprecated `--dp-size N
+    --enable-dp-attention` into `attn_dp_size=N, dp_size=1` (`parallel_hook.py`,
+    `handle_deprecated_dp_attention`) and runs `dp_size * attn_dp_size` schedulers; an SGLang
+    without `attn_dp_size` (0.5.21) keeps the two flags as given."""
+    dp_size = _positive_int(getattr(server_args, "dp_size", 1))
+    attn_dp_size = _positive_int(getattr(server_args, "attn_dp_size", 1))
+    if attn_dp_size > 1:
+        return dp_size * attn_dp_size, True
+    if getattr(server_args, "enable_dp_attention", False):
+        return dp_size, True
+    # An elastic-EP scale joiner runs attention-DP paths (SGLang's `attn_dp_enabled_of`).
+    return dp_size, getattr(server_args, "ep_join_mode", None) == "scale"
+
+
 def local_dp_ranks(server_args: Any) -> range:
     """The DP ranks whose schedulers run on this node, each with its own KV cache and KV event
-    port (Dynamo 1.6.1's `capacity.local_dp_rank_bounds`): every rank of `--dp-size` (pure DP
-    is single-node in SGLang), or with DP attention across `--nnodes` this node's slice."""
-    dp_size = int(getattr(server_args, "dp_size", 1) or 1)
-    nnodes = int(getattr(server_args, "nnodes", 1) or 1)
-    if not getattr(server_args, "enable_dp_attention", False) or dp_size == 1:
+    port (Dynamo 1.6.1's `capacity.local_dp_rank_bounds`): every rank (pure DP is single-node
+    in SGLang), or with attention DP across `--nnodes` this node's slice."""
+    dp_size, attention_dp = dp_layout(server_args)
+    if not attention_dp or dp_size == 1:
         return range(dp_size)
+    nnodes = int(getattr(server_args, "nnodes", 1) or 1)
     local = dp_size // nnodes
     start = int(getattr(server_args, "node_rank", 0) or 0) * local
     return range(start, start + local)

@@ -15,6 +15,7 @@ from typing import Any
 from sglang.srt.arg_groups.model_override_base import resolved_view
 from sglang.srt.server_args import ServerArgs
 
+from components.backends.sglang import dp_layout
 from components.backends.sglang_aborts import aborts_are_ordered, order_aborts
 from components.backends.sglang_compat import adopt_flags, sglang_end_request, sglang_scheduler_info
 from components.backends.limits import EngineLimits, sglang_on_cpu
@@ -169,7 +170,9 @@ def sglang_limits(engine: Any) -> EngineLimits:
         # Dynamo 1.6.1's rule (capacity.runtime_capacity): --max-prefill-tokens, else the pool.
         max_num_batched_tokens=int(resolved.max_prefill_tokens
                                    or info["max_total_num_tokens"]),
-        dp_size=int(resolved.dp_size or 1),
+        # Every DP rank, attention-DP ones included (components/backends/sglang.py dp_layout).
+        dp_size=dp_layout(resolved)[0],
+        dcp_size=int(getattr(resolved, "dcp_size", 1) or 1),
         enable_eagle=eagle_enabled(resolved.speculative_algorithm),
     )
 

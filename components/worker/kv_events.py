@@ -10,7 +10,8 @@ Dynamo's own SGLang worker, which also marks the model card `kv_event_publishing
 - CPU engine: the engine reports its prefix cache's blocks and its load in-process
   (`components/engine/kv/events.py`), and `EngineKvRelay` hands them to a `KvEventPublisher`
   (manual mode, DP rank 0) and a `WorkerMetricsPublisher`. The `endpoint` is not used.
-Block size is the engine's page size. Who publishes (`role_publishes`): the workers a KV router
+Block size is the engine's page size (SGLang with `--dcp-size`: page size x DCP size, the pages its
+radix tree keeps, as 1.6.1 registers). Who publishes (`role_publishes`): the workers a KV router
 reads, i.e. aggregated workers and, with the frontend orchestrating, prefill workers (the
 frontend's prefill router picks a prefill worker by its cached blocks, as it does for 1.6.1's).
 """
@@ -133,13 +134,17 @@ class KvPublishing:
         self._load: LoadRelay | None = None
 
     async def start(self, endpoint: Any, backend: EngineBackend, engine: Any, page_size: int,
-                    kv_events_config: str, local_indexer: bool = False) -> None:
+                    kv_events_config: str, local_indexer: bool = False,
+                    block_size: int | None = None) -> None:
         """`local_indexer`: what the model card advertises (register.local_indexer); the
-        publishers then serve the worker-local indexer the router may query, as 1.6.1's do."""
+        publishers then serve the worker-local indexer the router may query, as 1.6.1's do.
+        `block_size`: the registered block size, when it is not the page size (SGLang's
+        --dcp-size widens its radix tree's pages); the load is still counted in pages."""
+        block_size = block_size or page_size
         if backend.kv_events_over_zmq:
             ranks = sglang_zmq_endpoints(kv_events_config, backend.kv_event_dp_ranks(engine))
             self._publishers = [
-                KvEventPublisher(endpoint=endpoint, kv_block_size=page_size, dp_rank=rank,
+                KvEventPublisher(endpoint=endpoint, kv_block_size=block_size, dp_rank=rank,
                                  zmq_endpoint=zmq_endpoint, zmq_topic="",
                                  enable_local_indexer=local_indexer)
                 for rank, zmq_endpoint in ranks]
@@ -147,7 +152,7 @@ class KvPublishing:
             self._load = LoadRelay(backend, engine, page_size, metrics)
             self._load.start()
             logger.info("relaying SGLang KV events from %s and its schedulers' load (block "
-                        "size %d)", ", ".join(ep for _, ep in ranks), page_size)
+                        "size %d)", ", ".join(ep for _, ep in ranks), block_size)
             return
         metrics = await _load_publisher(endpoint)
         publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,

@@ -111,7 +111,8 @@ class Worker:
                     await self.kv_publishing.start(self.endpoint, self.config.backend,
                                                    self.engine, limits.page_size,
                                                    self.config.kv_events_config,
-                                                   local_indexer(self.config.role))
+                                                   local_indexer(self.config.role),
+                                                   limits.kv_block_size)
                 await register_served_model(self.endpoint, self.config, limits, bootstrap,
                                             kv_events)
                 self.registered = True

@@ -145,7 +145,7 @@ async def register_served_model(endpoint: Any, config: WorkerConfig, limits: Eng
             config.served_model_name,
             worker_type=role.worker_type,
             needs=role.needs,
-            kv_cache_block_size=limits.page_size,
+            kv_cache_block_size=limits.kv_block_size,
             runtime_config=runtime_config,
             custom_template_path=config.launch.custom_jinja_template,
             router_config=build_router_config(config.launch.router),
