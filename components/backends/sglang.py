@@ -86,10 +86,11 @@ class SglangBackend:
         return _engine_module().local_ip()
 
     async def warmup_prefill(self, engine: Any) -> None:
-        """As Dynamo's SGLang worker does: the first real request must not pay for compilation
-        and allocation."""
+        """As Dynamo's SGLang worker does: the first real request on any DP rank must not pay
+        for compilation and allocation."""
         port = int(engine.server_args.disaggregation_bootstrap_port)
-        await _engine_module().warmup_prefill(engine, port)
+        ranks = dp_layout(_engine_module().resolved_server_args(engine))[0]
+        await _engine_module().warmup_prefill(engine, port, ranks)
 
     def abort_process_requests(self, engine: Any, prefix: str) -> None:
         _engine_module().abort_process_requests(engine, prefix)

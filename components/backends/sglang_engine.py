@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 # SGLang's CPU path sizes the KV pool from free memory and warns when it is smaller than the
 # context; without a GPU the pool is sized explicitly unless --max-total-tokens says otherwise.
 CPU_DEFAULT_MAX_TOTAL_TOKENS = 4096
-PREFILL_WARMUP_TIMEOUT_S = 300.0
+PREFILL_WARMUP_TIMEOUT_S = 1800.0  # Dynamo 1.6.1's (dynamo/sglang/_disagg.py)
 
 
 def add_sglang_flags(parser: argparse.ArgumentParser) -> None:
@@ -197,19 +197,22 @@ def local_ip() -> str:
     return get_local_ip_auto()
 
 
-async def warmup_prefill(engine: Any, bootstrap_port: int) -> None:
-    """One request through the prefill path before serving (SGLang's fake bootstrap host: no
-    decode peer), so the first real request does not pay for compilation and allocation."""
-    async def run() -> None:
+async def warmup_prefill(engine: Any, bootstrap_port: int, dp_size: int = 1) -> None:
+    """One request per DP rank through the prefill path before serving, concurrently (SGLang's
+    fake bootstrap host: no decode peer), so the first real request on any rank does not pay
+    for compilation and allocation; as Dynamo 1.6.1's `_disagg.warmup_prefill_engine`, with
+    its bound (sized for a large model with a cold JIT cache)."""
+    async def run(rank: int) -> None:
         stream = await engine.async_generate(
             input_ids=[10, 11, 12, 13],
             sampling_params={"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True},
             stream=True, bootstrap_host=FAKE_BOOTSTRAP_HOST, bootstrap_port=bootstrap_port,
-            bootstrap_room=0,
+            bootstrap_room=rank, routed_dp_rank=rank,
         )
         async for _ in stream:
             pass
 
-    logger.info("prefill warmup starting")
-    await asyncio.wait_for(run(), PREFILL_WARMUP_TIMEOUT_S)
+    logger.info("prefill warmup starting (%d DP rank(s))", dp_size)
+    await asyncio.wait_for(asyncio.gather(*(run(rank) for rank in range(dp_size))),
+                           PREFILL_WARMUP_TIMEOUT_S)
     logger.info("prefill warmup complete")

@@ -106,13 +106,20 @@ def test_wildcard_host_advertises_the_address_sglang_resolves(monkeypatch, tiny_
     assert (handler.config.bootstrap_host, handler.config.bootstrap_port) == ("10.9.8.7", 8998)
 
 
-async def test_sglang_prefill_is_warmed_up_through_the_fake_bootstrap_host():
+@pytest.mark.parametrize("layout, ranks", [
+    ({}, [0]), ({"dp_size": 2}, [0, 1]),
+    ({"dp_size": 1, "attn_dp_size": 2}, [0, 1]),  # SGLang 0.5.23's resolved --enable-dp-attention
+])
+async def test_sglang_prefill_warms_every_dp_rank_through_the_fake_bootstrap_host(layout, ranks):
+    """As Dynamo 1.6.1's `warmup_prefill_engine`: one request per DP rank, each routed to its
+    rank, with 1.6.1's 1800 s bound."""
+    from components.backends import sglang_engine
     from components.worker.main import warmup_prefill
 
     calls = []
 
     class Engine:
-        server_args = SimpleNamespace(disaggregation_bootstrap_port=8998)
+        server_args = SimpleNamespace(disaggregation_bootstrap_port=8998, **layout)
 
         async def async_generate(self, **kwargs):
             calls.append(kwargs)
@@ -123,8 +130,11 @@ async def test_sglang_prefill_is_warmed_up_through_the_fake_bootstrap_host():
 
     config = SimpleNamespace(backend=SglangBackend())
     await warmup_prefill(config, Engine())
-    assert len(calls) == 1 and calls[0]["bootstrap_host"] == "2.2.2.2"
-    assert calls[0]["bootstrap_port"] == 8998 and calls[0]["stream"] is True
+    assert sorted(call["routed_dp_rank"] for call in calls) == ranks
+    assert len({call["bootstrap_room"] for call in calls}) == len(ranks)
+    assert all(call["bootstrap_host"] == "2.2.2.2" and call["bootstrap_port"] == 8998
+               and call["stream"] is True for call in calls)
+    assert sglang_engine.PREFILL_WARMUP_TIMEOUT_S == 1800.0
 
 
 async def test_signal_guard_keeps_the_workers_sigterm_handler():
