@@ -17,6 +17,7 @@ from sglang.srt.server_args import ServerArgs
 
 from components.backends.sglang import dp_layout
 from components.backends.sglang_aborts import aborts_are_ordered, order_aborts
+from components.backends.sglang_env import prepare_sglang_environment
 from components.backends.sglang_compat import adopt_flags, sglang_end_request, sglang_scheduler_info
 from components.backends.limits import EngineLimits, sglang_on_cpu
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST  # SGLang's own value: no KV moves
@@ -116,8 +117,10 @@ def engine_skips_tokenizer(ns: argparse.Namespace) -> bool:
 def create_engine(server_args: ServerArgs) -> Any:
     import sglang as sgl
 
+    prepare_sglang_environment(server_args)
     engine = sgl.Engine(server_args=server_args)
-    order_aborts(engine.tokenizer_manager)
+    if engine.tokenizer_manager is not None:  # None on a node other than the first
+        order_aborts(engine.tokenizer_manager)
     return engine
 
 
