@@ -40,8 +40,10 @@ class DynamoArgs:
     discovery_backend: str
     request_plane: str
     prefill_wait_timeout: float  # bound on waiting for the prefill's first stream item
-    prefill_instance_timeout: float  # bound on waiting for a prefill instance at startup
     debug_routes: bool  # expose /engine/kv_pages on the system port (tests, ops)
+    # Bound on waiting for a prefill instance at startup: a prefill appears only after its
+    # model load and warm-up (Dynamo 1.6.1 bounds that warm-up alone at 1800 s).
+    prefill_instance_timeout: float = 3600.0
     # Prefill: end a leg whose room no decode claimed within this (0: never)
     room_claim_timeout: float = 10.0
     # Prefill: the room watch's TCP port on --host (0: a free port picked at startup)
@@ -131,9 +133,11 @@ def _add_dynamo_flags(parser: argparse.ArgumentParser) -> None:
                    default=DecodeConfig.bootstrap_timeout_s,
                    help="decode-orchestrated decode: seconds to wait for a prefill worker's "
                         "bootstrap info per request")
-    g.add_argument("--prefill-instance-timeout", type=_positive_float, default=60.0,
+    g.add_argument("--prefill-instance-timeout", type=_positive_float,
+                   default=DynamoArgs.prefill_instance_timeout,
                    help="decode-orchestrated decode: seconds to wait at startup for a prefill "
-                        "instance to appear")
+                        "instance to appear (it appears after its load and warm-up; the wait "
+                        "is logged every 30 s)")
     g.add_argument("--disagg-orchestrator", choices=Orchestrator.choices(),
                    default=os.environ.get("DYN_DISAGG_ORCHESTRATOR"),
                    help="prefill/decode workers: who starts a request's prefill. frontend "

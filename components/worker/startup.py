@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from components.worker.config import WorkerConfig
@@ -14,18 +15,32 @@ from components.worker.tokenizer_workers import TokenizerWorkers, engine_pid, ex
 logger = logging.getLogger(__name__)
 
 
+# How often a decode still waiting for a prefill instance says so.
+PREFILL_WAIT_LOG_INTERVAL_S = 30.0
+
+
 async def connect_prefill(runtime: Any, config: WorkerConfig) -> RuntimePrefillClient:
-    """Decode only: a client for the prefill endpoint, once an instance is listed (bounded)."""
+    """Decode only: a client for the prefill endpoint, once an instance is listed. A prefill
+    lists itself only after its own load and warm-up (on GPUs also CUDA-graph capture), which
+    can take longer than this decode's load: `--prefill-instance-timeout` bounds the wait, and
+    the decode says every 30 s that it is still waiting."""
     client = await runtime.endpoint(config.dynamo.prefill_endpoint).client()
     prefill = RuntimePrefillClient(client)
-    timeout = config.dynamo.prefill_instance_timeout
-    logger.info("waiting up to %.0fs for a prefill instance on %s",
-                timeout, config.dynamo.prefill_endpoint)
+    timeout, endpoint = config.dynamo.prefill_instance_timeout, config.dynamo.prefill_endpoint
+    logger.info("waiting up to %.0fs for a prefill instance on %s", timeout, endpoint)
+    started = time.monotonic()
+    waiting = asyncio.ensure_future(prefill.wait_for_instance(timeout))
     try:
-        ids = await prefill.wait_for_instance(timeout)
+        while not (await asyncio.wait({waiting}, timeout=PREFILL_WAIT_LOG_INTERVAL_S))[0]:
+            logger.info("still waiting for a prefill instance on %s (%.0fs of %.0fs; "
+                        "--prefill-instance-timeout)", endpoint, time.monotonic() - started,
+                        timeout)
+        ids = waiting.result()
     except asyncio.TimeoutError:
-        raise SystemExit(f"no prefill worker appeared on {config.dynamo.prefill_endpoint} "
-                         f"within {timeout:.0f}s") from None
+        raise SystemExit(f"no prefill worker appeared on {endpoint} within {timeout:.0f}s "
+                         "(--prefill-instance-timeout)") from None
+    finally:
+        waiting.cancel()  # a stop signal during startup cancels this wait
     logger.info("prefill instances: %s", [f"{i:x}" for i in ids])
     return prefill
 
