@@ -45,5 +45,11 @@ class EngineLimits:
 
 
 def sglang_on_cpu() -> bool:
-    """SGLang's own switch for its CPU path (read by SGLang itself at import time too)."""
-    return os.environ.get("SGLANG_USE_CPU_ENGINE", "").lower() in ("1", "true")
+    """SGLang's own switch for its CPU path (read by SGLang itself at import time too). SGLang
+    takes exactly "1" (`sglang/srt/platforms/__init__.py`): any other value would have this
+    worker set up a CPU engine that SGLang then starts on CUDA, so it is refused."""
+    value = os.environ.get("SGLANG_USE_CPU_ENGINE", "")
+    if value not in ("", "0", "1"):
+        raise SystemExit(f"SGLANG_USE_CPU_ENGINE={value!r}: SGLang reads only 1 (its CPU path) "
+                         "or 0/unset (CUDA); set it to 1 or 0")
+    return value == "1"
