@@ -41,13 +41,21 @@ def engine_argv(engine: str) -> list[str]:
     return ["--engine", "cpu", "--cpu-num-threads", "1"]
 
 
-def engine_env(engine: str) -> dict[str, str]:
+def engine_env(engine: str, sglang_cpu: bool = True) -> dict[str, str]:
     """SGLang on CPU: SGLang's own switch, and the stand-ins on the path of this process and the
-    scheduler processes SGLang spawns from it (they inherit PYTHONPATH and load sitecustomize)."""
-    if engine != "sglang":
+    scheduler processes SGLang spawns from it (they inherit PYTHONPATH and load sitecustomize).
+    SGLang on CUDA (`sglang_cpu` false) gets neither: it runs as installed."""
+    if engine != "sglang" or not sglang_cpu:
         return {}
     path = os.pathsep.join(p for p in (str(SGLANG_CPU_PATH), os.environ.get("PYTHONPATH")) if p)
     return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": path}
+
+
+def strip_sglang_cpu(env: dict[str, str]) -> None:
+    """SGLang on CUDA: drop the CPU switch and stand-ins a CPU test run may have left in `env`."""
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    path = env.get("PYTHONPATH", "").split(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p and p != str(SGLANG_CPU_PATH))
 
 
 # The ports handed out here lie below Linux's ephemeral range (32768-60999) and below SGLang's own
@@ -152,6 +160,9 @@ class Stack:
     discovery_backend: str = "file"
     request_plane: str = "tcp"
     services_env: dict[str, str] = field(default_factory=dict)
+    # SGLang workers on SGLang's CPU path with the test-only stand-ins (the default), or, false,
+    # on CUDA as installed (the GPU tier, tests/gpu), whatever this process's environment says.
+    sglang_cpu: bool = True
 
     def __post_init__(self) -> None:
         self.kv_dir = self.workdir / "discovery"
@@ -201,7 +212,10 @@ class Stack:
                 "--host", HOST, "--disaggregation-mode", mode, "--debug-routes", *extra]
         if skip_tokenizer_init:
             argv.append("--skip-tokenizer-init")
-        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env(engine), **(env or {}))
+        env = self.env(DYN_SYSTEM_PORT=str(system_port), **engine_env(engine, self.sglang_cpu),
+                       **(env or {}))
+        if engine == "sglang" and not self.sglang_cpu:
+            strip_sglang_cpu(env)
         return self._spawn(name, argv, env, system_port)
 
     def start_dynamo_sglang(self, name: str, *args: str, **extra_env: str) -> Proc:

@@ -7,24 +7,25 @@ from typing import Any
 
 
 @lru_cache(maxsize=2)
-def _model(path: str) -> Any:
+def _model(path: str, device: str = "cpu") -> Any:
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
 
 
-def greedy_ids(model_path: str, prompt: list[int], n: int) -> list[int]:
-    """`n` argmax steps with no end-of-sequence stop (what ignore_eos asks of the engines)."""
+def greedy_ids(model_path: str, prompt: list[int], n: int, device: str = "cpu") -> list[int]:
+    """`n` argmax steps with no end-of-sequence stop (what ignore_eos asks of the engines), in
+    float32 on `device` (the GPU tier: "cuda", beside the engine it checks)."""
     import torch
 
-    model = _model(model_path)
-    ids = torch.tensor([prompt])
+    model = _model(model_path, device)
+    ids = torch.tensor([prompt], device=device)
     out: list[int] = []
     with torch.no_grad():
         for _ in range(n):
             nxt = int(model(ids).logits[0, -1].argmax())
             out.append(nxt)
-            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+            ids = torch.cat([ids, torch.tensor([[nxt]], device=device)], dim=1)
     return out
 
 
@@ -34,7 +35,7 @@ def greedy_logprobs(model_path: str, prompt: list[int], n: int, top: int
     token's logprob and the `top` best (logprob, id) pairs (SGLang's greedy logprobs)."""
     import torch
 
-    model = _model(model_path)
+    model = _model(model_path, "cpu")  # the same cache key as greedy_ids' on CPU
     ids = torch.tensor([prompt])
     out: list[int] = []
     lps: list[float] = []
