@@ -23,6 +23,7 @@ from components.backends.select import ENGINE_CHOICES, select_backend
 from components.worker import disagg_config, dynamo_flags
 from components.worker.dynamo_flags import LaunchArgs
 from components.worker.hosts import is_wildcard
+from components.worker.kv_events import check_kv_events_config
 from components.worker.parser_flags import ParserFlags, add_parser_flags, parser_flags
 from components.worker.role import Orchestrator, WorkerMode, WorkerRole
 from handlers.decode import DecodeConfig
@@ -230,6 +231,8 @@ def parse_args(argv: list[str]) -> WorkerConfig:
     if not any(a.startswith("--disaggregation-bootstrap-port") for a in argv):
         ns.disaggregation_bootstrap_port = reserve_free_port(ns.host)
     role = _role(ns)
+    check_kv_events_config(getattr(ns, "kv_events_config", None), backend.kv_events_over_zmq,
+                           role)
     return WorkerConfig(
         role=role, backend=backend, dynamo=_dynamo_args(ns, role), model_path=ns.model_path,
         served_model_name=ns.served_model_name, host=ns.host,

@@ -49,9 +49,14 @@ def kv_events_enabled(kv_events_config: str | None) -> bool:
     return cfg.get("publisher", "null") != "null"
 
 
+def role_reads_by_router(role: WorkerRole) -> bool:
+    """The roles a KV router reads: aggregated, and prefill with the frontend orchestrating."""
+    return role.aggregated or (role.prefill and role.frontend_orchestrated)
+
+
 def role_publishes(role: WorkerRole) -> bool:
     """Whether a worker of `role` publishes (given --kv-events-config); logs why not."""
-    if role.aggregated or (role.prefill and role.frontend_orchestrated):
+    if role_reads_by_router(role):
         return True
     if role.decode:
         # Every page of a disaggregated request arrives from its prefill, whose cache serves
@@ -115,7 +120,9 @@ def sglang_zmq_endpoints(kv_events_config: str, dp_ranks: range) -> list[tuple[i
     binds wildcards on IPv4 only; Dynamo connects the same way)."""
     endpoint = json.loads(kv_events_config).get("endpoint")
     if not endpoint:
-        raise SystemExit("--kv-events-config is set but has no 'endpoint'")
+        raise SystemExit("--kv-events-config is set but has no 'endpoint': give the "
+                         "tcp://host:port SGLang's schedulers publish on (e.g. tcp://*:5557); "
+                         "Dynamo 1.6.1 requires it too")
     parsed = urlparse(endpoint)
     if parsed.scheme != "tcp" or parsed.port is None:
         raise SystemExit(f"--kv-events-config endpoint must be tcp://host:port, got {endpoint!r}")
@@ -123,6 +130,15 @@ def sglang_zmq_endpoints(kv_events_config: str, dp_ranks: range) -> list[tuple[i
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
     return [(rank, f"tcp://{host}:{parsed.port + rank}") for rank in dp_ranks]
+
+
+def check_kv_events_config(kv_events_config: str | None, over_zmq: bool,
+                           role: WorkerRole) -> None:
+    """At parse time, not after the model load: a config the relay of a publishing role cannot
+    follow (no or a malformed `endpoint` where the engine publishes over ZMQ) is refused
+    naming the flag."""
+    if over_zmq and kv_events_enabled(kv_events_config) and role_reads_by_router(role):
+        sglang_zmq_endpoints(kv_events_config, range(0))
 
 
 class KvPublishing:

@@ -209,3 +209,22 @@ def test_a_failing_publisher_is_logged_and_publishing_goes_on(caplog):
     relay.load(1, 1, 0)
     relay.close()
     assert caplog.text.count("event plane gone") == 3
+
+
+def test_an_sglang_config_without_endpoint_is_refused_at_parse_time(monkeypatch,
+                                                                    tiny_model_path):
+    """Before the model load (Dynamo 1.6.1 refuses it only after), on a role that relays; the
+    CPU engine reports its events in-process and needs no endpoint."""
+    from components.backends import select as backend_select
+    from components.worker.config import parse_args
+
+    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
+    base = ["--model-path", tiny_model_path, "--kv-events-config"]
+    with pytest.raises(SystemExit, match="--kv-events-config is set but has no 'endpoint'"):
+        parse_args(["--engine", "sglang", *base, '{"publisher": "zmq"}'])
+    ok = '{"publisher": "zmq", "endpoint": "tcp://*:5557"}'
+    assert parse_args(["--engine", "sglang", *base, ok]).kv_events_config == ok
+    assert parse_args(["--engine", "cpu", *base, '{"publisher": "zmq"}']).kv_events_config
+    decode = ["--disaggregation-mode", "decode"]  # relays nothing (role_publishes)
+    assert parse_args(["--engine", "sglang", *decode, *base, '{"publisher": "zmq"}'])
