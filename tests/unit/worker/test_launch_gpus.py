@@ -264,3 +264,22 @@ def test_a_python_that_passes_the_check_starts_the_workers_on_their_gpus(tmp_pat
     decode = [line for line in calls if "--disaggregation-mode decode" in line]
     assert len(prefill) == len(decode) == 1
     assert prefill[0].startswith("CVD=2,3 ") and decode[0].startswith("CVD=5,7 ")
+
+
+def test_prefill_gpu_and_decode_gpu_still_move_the_default_blocks(tmp_path):
+    env = fake_gpus(tmp_path, 8) | {"PREFILL_GPU": "2"}
+    assert devices(dry_lines(env, "--gpu", "--", "--tp", "2")) == {"prefill": "2,3",
+                                                                   "decode": "4,5"}
+    env["DECODE_GPU"] = "6"
+    assert devices(dry_lines(env, "--gpu")) == {"prefill": "2", "decode": "6"}
+
+
+@pytest.mark.parametrize("script, flags", [
+    ("disagg.sh", ("--prefill-gpus", "--decode-gpus", "--prefill-args", "--decode-args")),
+    ("agg.sh", ("--gpus",)),
+])
+def test_the_usage_texts_explain_the_gpu_options(script, flags):
+    text = launch(dict(os.environ), "--help", script=script).stdout
+    for word in (*flags, ".venv-gpu", "make install-gpu", "CUDA_VISIBLE_DEVICES",
+                 "--enable-dp-attention"):
+        assert word in text, word
