@@ -22,7 +22,7 @@ from components.backends.base import EngineBackend
 from components.backends.select import ENGINE_CHOICES, select_backend
 from components.worker import disagg_config, dynamo_flags
 from components.worker.dynamo_flags import LaunchArgs
-from components.worker.hosts import is_wildcard
+from components.worker.hosts import bind_address, is_wildcard
 from components.worker.kv_events import check_kv_events_config
 from components.worker.parser_flags import ParserFlags, add_parser_flags, parser_flags
 from components.worker.role import Orchestrator, WorkerMode, WorkerRole
@@ -178,8 +178,9 @@ def build_parser(backend: EngineBackend) -> argparse.ArgumentParser:
 
 def reserve_free_port(host: str) -> int:
     """A port free right now (Dynamo does the same for an unset bootstrap port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1" if is_wildcard(host) else host, 0))
+    family, address = bind_address("127.0.0.1" if is_wildcard(host) else host)
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 

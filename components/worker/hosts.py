@@ -23,6 +23,13 @@ def advertised_host(host: str, backend: EngineBackend) -> str:
     return backend.local_ip()
 
 
+def bind_address(host: str) -> tuple[socket.AddressFamily, str]:
+    """(address family, address) a socket binds `host` with: an IPv6 literal (`::1`, also
+    bracketed) needs an AF_INET6 socket, which an AF_INET one refuses."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return (socket.AF_INET6 if ":" in bare else socket.AF_INET), bare
+
+
 def free_system_port(host: str) -> int:
     """A free port below 32768 on `host`: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
     return free_port_in(host, 20000, 32767)
@@ -31,11 +38,12 @@ def free_system_port(host: str) -> int:
 def free_port_in(host: str, low: int, high: int) -> int:
     """A port in [low, high] free on `host` right now, tried at random."""
     rng = random.Random()
+    family, address = bind_address(host)
     for _ in range(200):
         port = rng.randint(low, high)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
             try:
-                s.bind((host, port))
+                s.bind((address, port))
             except OSError:
                 continue
             return port
