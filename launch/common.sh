@@ -304,8 +304,8 @@ run_stack() {
         done
         exit 0
     fi
-    if ((ON_GPUS)); then check_gpu_python; fi
     cd "$REPO_ROOT"
+    if ((ON_GPUS)); then check_gpu_python; fi  # as the workers will import it, from here
     trap cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
