@@ -2,8 +2,8 @@
 
 `select_backend` (components/backends/select.py) decides once, from `--engine`, and the worker
 holds the chosen `EngineBackend` in its config; nothing else in the project asks which engine
-runs. `cpu.py` and `sglang.py` implement it; only `sglang_engine.py` and `sglang_compat.py`
-import `sglang`, and only once the SGLang backend was chosen.
+runs. `cpu.py` and `sglang.py` implement it; only the `sglang_*.py` modules import `sglang`,
+and only once the SGLang backend was chosen.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 from typing import Any, Protocol
 
 from components.backends.limits import EngineLimits
+from components.backends.node import EngineNode
 from components.backends.load import KvLoad
 
 
@@ -47,6 +48,16 @@ class EngineBackend(Protocol):
 
     def local_ip(self) -> str:
         """The address a peer dials when this worker binds a wildcard address."""
+
+    def node(self, engine_args: Any) -> EngineNode:
+        """Where the engine sits in an engine spread over several nodes (`--nnodes`)."""
+
+    def bootstrap_host(self, engine: Any) -> str | None:
+        """Where a decode dials this prefill engine's bootstrap server when the engine says
+        (SGLang: `--dist-init-addr`'s host, its first node); None: the worker's address."""
+
+    def kv_block_size(self, engine: Any) -> int:
+        """The block size the router hashes by (also on a node that serves nothing)."""
 
     async def warmup_prefill(self, engine: Any) -> None:
         """One request through a prefill engine before it serves, where that pays."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from components.backends import cpu_flags
 from components.backends.limits import EngineLimits
+from components.backends.node import EngineNode
 from components.backends.load import KvLoad
 
 
@@ -53,6 +54,15 @@ class CpuBackend:
 
     def local_ip(self) -> str:
         return socket.gethostbyname(socket.gethostname())
+
+    def node(self, engine_args: Any) -> EngineNode:
+        return EngineNode()  # one node, one process
+
+    def bootstrap_host(self, engine: Any) -> str | None:
+        return None
+
+    def kv_block_size(self, engine: Any) -> int:
+        return int(engine.page_size)
 
     async def warmup_prefill(self, engine: Any) -> None:
         """Nothing to compile or allocate lazily."""

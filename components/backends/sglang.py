@@ -9,6 +9,7 @@ from typing import Any
 
 from components.backends import sglang_compat
 from components.backends.limits import EngineLimits
+from components.backends.node import EngineNode
 from components.backends.load import KvLoad, blocks
 
 
@@ -79,6 +80,23 @@ class SglangBackend:
 
     def limits(self, engine: Any) -> EngineLimits:
         return _engine_module().sglang_limits(engine)
+
+    def node(self, engine_args: Any) -> EngineNode:
+        from components.backends.sglang_nodes import engine_node
+
+        return engine_node(engine_args)
+
+    def bootstrap_host(self, engine: Any) -> str | None:
+        from components.backends.sglang_nodes import dist_init_host
+
+        return dist_init_host(engine.server_args)
+
+    def kv_block_size(self, engine: Any) -> int:
+        """Pages of page_size * dcp_size tokens (--dcp-size widens SGLang's radix tree's
+        pages), read from the resolved flags: on a node other than the first there is no
+        tokenizer manager to read `limits` from."""
+        resolved = _engine_module().resolved_server_args(engine)
+        return int(resolved.page_size or 1) * int(getattr(resolved, "dcp_size", 1) or 1)
 
     def local_ip(self) -> str:
         """The address SGLang's own bootstrap advertises (honours SGLANG_HOST_IP; the host name

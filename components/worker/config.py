@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.backends.base import EngineBackend
+from components.backends.node import EngineNode
 from components.backends.select import ENGINE_CHOICES, select_backend
 from components.worker import disagg_config, dynamo_flags
 from components.worker.dynamo_flags import LaunchArgs
@@ -77,6 +78,8 @@ class WorkerConfig:
     parsers: ParserFlags = ParserFlags()
     # Dynamo 1.6.1's worker flags that shape registration and the runtime (dynamo_flags.py).
     launch: LaunchArgs = LaunchArgs()
+    # Where the engine sits when it spans several nodes (SGLang's --nnodes); one node otherwise.
+    node: EngineNode = EngineNode()
 
 
 def parse_endpoint(value: str, flag: str) -> str:
@@ -234,11 +237,12 @@ def parse_args(argv: list[str]) -> WorkerConfig:
     role = _role(ns)
     check_kv_events_config(getattr(ns, "kv_events_config", None), backend.kv_events_over_zmq,
                            role)
+    engine_args = backend.engine_args(ns)
     return WorkerConfig(
         role=role, backend=backend, dynamo=_dynamo_args(ns, role), model_path=ns.model_path,
         served_model_name=ns.served_model_name, host=ns.host,
         bootstrap_port=int(ns.disaggregation_bootstrap_port), log_level=ns.log_level,
-        engine_args=backend.engine_args(ns),
+        engine_args=engine_args, node=backend.node(engine_args),
         kv_events_config=getattr(ns, "kv_events_config", None), drain_timeout=ns.drain_timeout,
         parsers=parser_flags(ns, role.text_mode),
         launch=dynamo_flags.launch_args(ns, role.text_mode, aliases, router),

@@ -27,9 +27,12 @@ def _vocab_size(engine: Any) -> int:
 
 def bootstrap_endpoint(config: WorkerConfig, engine: Any) -> tuple[str, int]:
     """Where a decode engine dials this prefill engine's bootstrap server. The port is the
-    engine's own record: the CPU engine reports the port it really bound (port 0)."""
+    engine's own record: the CPU engine reports the port it really bound (port 0). The host:
+    the engine's own say first (SGLang: `--dist-init-addr`'s, where its first node runs, as
+    Dynamo 1.6.1 advertises it), else the worker's address."""
     port = int(engine.server_args.disaggregation_bootstrap_port)
-    return advertised_host(config.host, config.backend), port
+    host = config.backend.bootstrap_host(engine) or advertised_host(config.host, config.backend)
+    return host, port
 
 
 def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any],

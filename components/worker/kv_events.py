@@ -158,17 +158,12 @@ class KvPublishing:
         --dcp-size widens its radix tree's pages); the load is still counted in pages."""
         block_size = block_size or page_size
         if backend.kv_events_over_zmq:
-            ranks = sglang_zmq_endpoints(kv_events_config, backend.kv_event_dp_ranks(engine))
-            self._publishers = [
-                KvEventPublisher(endpoint=endpoint, kv_block_size=block_size, dp_rank=rank,
-                                 zmq_endpoint=zmq_endpoint, zmq_topic="",
-                                 enable_local_indexer=local_indexer)
-                for rank, zmq_endpoint in ranks]
+            self.relay_events(endpoint, backend, engine, block_size, kv_events_config,
+                              local_indexer)
             metrics = await _load_publisher(endpoint)
             self._load = LoadRelay(backend, engine, page_size, metrics)
             self._load.start()
-            logger.info("relaying SGLang KV events from %s and its schedulers' load (block "
-                        "size %d)", ", ".join(ep for _, ep in ranks), block_size)
+            logger.info("relaying the SGLang schedulers' load too")
             return
         metrics = await _load_publisher(endpoint)
         publisher = KvEventPublisher(endpoint=endpoint, kv_block_size=page_size,
@@ -177,6 +172,21 @@ class KvPublishing:
         self._relay = EngineKvRelay(publisher, metrics, page_size)
         engine.set_kv_event_listener(self._relay)
         logger.info("publishing the CPU engine's KV events and load (block size %d)", page_size)
+
+    def relay_events(self, endpoint: Any, backend: EngineBackend, engine: Any, block_size: int,
+                     kv_events_config: str, local_indexer: bool,
+                     worker_id: int | None = None) -> None:
+        """One relay per DP rank on this node, from the ZMQ port SGLang gives that rank.
+        `worker_id`: the instance the events are attributed to (None: this endpoint's; a
+        multi-node engine's later nodes give the first node's)."""
+        ranks = sglang_zmq_endpoints(kv_events_config, backend.kv_event_dp_ranks(engine))
+        self._publishers = [
+            KvEventPublisher(endpoint=endpoint, worker_id=worker_id, kv_block_size=block_size,
+                             dp_rank=rank, zmq_endpoint=zmq_endpoint, zmq_topic="",
+                             enable_local_indexer=local_indexer)
+            for rank, zmq_endpoint in ranks]
+        logger.info("relaying SGLang KV events from %s (block size %d)",
+                    ", ".join(ep for _, ep in ranks), block_size)
 
     def close(self) -> None:
         if self._load is not None:

@@ -25,6 +25,7 @@ from dynamo.runtime import DistributedRuntime
 from components.worker.config import WorkerConfig, parse_args
 from components.worker.config_dump import dump_worker_config
 from components.worker.debug_routes import register_debug_routes
+from components.worker.follower import follow
 from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.worker.hosts import is_wildcard
 from components.worker.kv_events import KvPublishing, kv_events_enabled, role_publishes
@@ -193,6 +194,8 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> int
     watch_engine_process(loop, engine, signals)
     handler = worker = lag = rooms = None
     try:
+        if not config.node.first:  # its schedulers serve the first node's engine
+            await follow(runtime, config, engine)
         prefill = await connect_prefill(runtime, config) if config.role.calls_prefill else None
         if config.role.claims_rooms:
             rooms = await room_claims(runtime, config)

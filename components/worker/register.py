@@ -31,6 +31,7 @@ from dynamo.llm import (
 )
 
 from components.backends.limits import EngineLimits
+from components.backends.node import WORKER_GROUP_ID_KEY
 from components.worker.config import WorkerConfig
 from components.worker.role import WorkerRole
 
@@ -90,6 +91,11 @@ def runtime_config_for(limits: EngineLimits, config: Optional[WorkerConfig] = No
         runtime_config.enable_local_indexer = local_indexer(config.role)
         runtime_config.exclude_tools_when_tool_choice_none = (
             config.launch.exclude_tools_when_tool_choice_none)
+        if config.node.group_id is not None:
+            # The engine's other nodes find this instance by it and relay their own DP ranks'
+            # KV events under its id (components/worker/follower.py), as 1.6.1's do.
+            runtime_config.set_engine_specific(WORKER_GROUP_ID_KEY,
+                                               json.dumps(config.node.group_id))
     if config is not None and config.role.frontend_orchestrated:
         if limits.cancel_anytime:
             runtime_config.set_engine_specific(CANCEL_ANYTIME, json.dumps(True))

@@ -59,5 +59,7 @@ def start_engine(config: WorkerConfig, argv: list[str]) -> tuple[Any, TokenizerW
         exit_with_engine()
         return config.backend.attach(parent), None
     engine = config.backend.build(config.engine_args)
+    if not config.node.first:  # no tokenizer on this node: the first node's engine has it
+        return engine, None
     count = config.backend.tokenizer_worker_count(config.engine_args)
     return engine, (TokenizerWorkers.start(count, argv) if count > 1 else None)
