@@ -97,6 +97,21 @@ def long_stream(url: str, model: str, max_tokens: int, result: list) -> threadin
     return thread
 
 
+def leave_mid_stream(url: str, body: dict[str, Any], events: int = 3,
+                     timeout: float = 60) -> int:
+    """Stream a chat, read `events` SSE events, then close the connection as a client that
+    leaves does; returns how many were seen (fewer only if the stream ended first)."""
+    seen = 0
+    with httpx.Client(timeout=timeout) as client:
+        with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200, r.read()
+            for line in r.iter_lines():
+                seen += line.startswith("data:")
+                if seen >= events:
+                    break  # leaving the block closes the connection mid-stream
+    return seen
+
+
 def error_message(response: httpx.Response) -> str:
     body = response.json()
     err = body.get("error", body)

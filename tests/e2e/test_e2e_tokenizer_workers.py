@@ -21,7 +21,7 @@ import pytest
 
 from harness.topology import Stack, wait_until
 from harness.worker_metrics import PREFIX, attached_pids, scrape, system_port_of
-from tests.e2e.client import chat, error_message, post, stream, user
+from tests.e2e.client import chat, error_message, leave_mid_stream, post, stream, user
 from tests.support.topologies import AGG, ENGINE_ARGS, SGLANG, SGLANG_ENGINE_ARGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -113,14 +113,7 @@ def test_bad_request_is_a_400_from_either_process(stack):
 def test_disconnects_free_the_engines_pages(stack):
     long = body(TW, "a long answer please", max_tokens=1500, ignore_eos=True, stream=True)
     for _ in range(4):  # both processes get some
-        with httpx.Client(timeout=60) as client:
-            with client.stream("POST", f"{stack.url}/v1/chat/completions", json=long) as r:
-                seen = 0
-                for line in r.iter_lines():
-                    seen += line.startswith("data:")
-                    if seen >= 3:
-                        break
-        assert seen >= 3
+        assert leave_mid_stream(stack.url, long) >= 3
     pages_settle_to_zero(stack)
 
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from harness.topology import wait_until
-from tests.e2e.client import chat, completion, error_message, post, stream, user
+from tests.e2e.client import chat, completion, error_message, leave_mid_stream, post, stream, user
 from tests.e2e.logprobs_checks import check_chat, check_completions
 from tests.support.topologies import (
     AGG, CONTEXT_LENGTH, DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED,
@@ -207,14 +207,7 @@ def _pages_settle_to_zero(stack) -> None:
 def test_disconnect_mid_stream_frees_all_pages(tokens_stack):
     body = {"model": DISAGG, "messages": user("a long answer please"), "max_tokens": 1500,
             "ignore_eos": True, "stream": True}
-    with httpx.Client(timeout=60) as client:
-        with client.stream("POST", f"{tokens_stack.url}/v1/chat/completions", json=body) as r:
-            seen = 0
-            for line in r.iter_lines():
-                seen += line.startswith("data:")
-                if seen >= 3:
-                    break  # leaving the block closes the connection mid-stream
-    assert seen >= 3
+    assert leave_mid_stream(tokens_stack.url, body) >= 3
     _pages_settle_to_zero(tokens_stack)
 
 

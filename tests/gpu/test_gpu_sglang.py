@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from harness.topology import SGLANG_CPU_PATH, wait_until
-from tests.e2e.client import chat, error_message, post, stream, user
+from tests.e2e.client import chat, error_message, leave_mid_stream, post, stream, user
 from tests.gpu import cuda
 from tests.gpu.stacks import MODEL, start_gpu_stack, worker_env
 
@@ -103,15 +103,7 @@ def test_streamed_equals_non_streamed(stack, http):
 
 def test_a_client_leaving_mid_stream_frees_every_engines_requests(stack, http):
     b = {**body("a long answer please"), "max_tokens": 1800, "stream": True}
-    with httpx.Client(timeout=120) as client:
-        with client.stream("POST", f"{stack.url}/v1/chat/completions", json=b) as r:
-            assert r.status_code == 200
-            seen = 0
-            for line in r.iter_lines():
-                seen += line.startswith("data:")
-                if seen >= 3:
-                    break  # leaving the block closes the connection mid-stream
-    assert seen >= 3
+    assert leave_mid_stream(stack.url, b, timeout=120) >= 3
     for name in stack.gpus:
         wait_until(lambda: stack.procs[name].requests_in_flight() == 0, RELEASE_BOUND_S,
                    f"the {name} engine's request table to empty")
