@@ -16,9 +16,22 @@ bench_kv_transfer). A dead peer on this host failed the WRITE (NIXL_ERR_REMOTE_D
 both modes; UCX guarantees that only under "peer", the better choice for RDMA between nodes.
 UCX refuses to connect endpoints whose modes differ, so the Hello carries the mode.
 
-No UCX environment is set here: on one host UCX's own choice already moves the WRITE with its
-``cma`` transport and only the notification over tcp (``UCX_PROTO_INFO=y``: put "zero-copy
-cma/memory" at every size, active messages "tcp/lo"). ``cma`` makes one ``process_vm_writev``
+No UCX environment is set here: on one kernel UCX's own choice moves the WRITE with its ``cma``
+transport and the notification (an active message) through shared memory (``UCX_PROTO_INFO=y``:
+put "zero-copy cma/memory" at every size, active messages "sysv/memory"); between machines both
+go over tcp (or RDMA). The backend is created with ``ADAPTIVE_PROGRESS=n`` (this context only):
+under UCX's default, "y", a worker polls only the interfaces its own endpoints use, and an idle
+shared-memory interface is woken by the sender's signal over an abstract unix socket. The decode
+never opens an endpoint to its prefill, so its shared-memory interface is woken that way, and
+abstract unix sockets exist per network namespace: with prefill and decode in different network
+namespaces of one kernel (two containers or pods on one node, or the multi-host tests' hosts)
+the data landed (``cma``), the prefill's WRITE was DONE, and the notification sat unread in the
+decode's shared-memory queue forever (``UCX_LOG_LEVEL=debug``: the sender's endpoint has lanes
+sysv (am) and cma (rma_bw); nothing arrives on the decode). Polling every interface costs a few
+microseconds per ``notifs()`` and makes the notification path independent of namespaces;
+``UCX_TLS=tcp`` also worked, but moves the data over tcp instead of ``cma``.
+
+``cma`` makes one ``process_vm_writev``
 per descriptor *segment*: UCX cuts each descriptor into ``CMA_SEG_SIZE`` pieces (512 KiB by
 default; strace: 16 calls for an 8 MiB descriptor, 64 for a 64-run room), which is what bounds
 a WRITE here. The backend is created with ``CMA_SEG_SIZE=1g`` (NIXL's ``engine_config``, this
@@ -40,6 +53,17 @@ logger = logging.getLogger(__name__)
 
 # UCX's cma segment: the most one process_vm_writev moves of a descriptor (UCX default 512k).
 CMA_SEG_SIZE = "1g"
+# Poll every UCX interface, not only those of our own endpoints (see the module docstring).
+ADAPTIVE_PROGRESS = "n"
+
+
+def engine_config(cma_seg_size: str | None) -> str:
+    """NIXL's ``engine_config`` for the UCX context: comma-separated ``NAME=value`` (UCX's
+    names without ``UCX_``; NIXL ignores a string it cannot split, e.g. with ``;``)."""
+    items = [f"ADAPTIVE_PROGRESS={ADAPTIVE_PROGRESS}"]
+    if cma_seg_size:  # None: UCX's default segment
+        items.append(f"CMA_SEG_SIZE={cma_seg_size}")
+    return ",".join(items)
 
 
 def _nixl_errors() -> tuple[type[BaseException], ...]:
@@ -70,9 +94,8 @@ class NixlEndpoint:
                                    backends=[])
         self._agent = nixl_agent(name, config)
         try:
-            params = {"ucx_error_handling_mode": ucx_error_handling}
-            if cma_seg_size:  # None: UCX's default segment
-                params["engine_config"] = f"CMA_SEG_SIZE={cma_seg_size}"
+            params = {"ucx_error_handling_mode": ucx_error_handling,
+                      "engine_config": engine_config(cma_seg_size)}
             self._agent.create_backend("UCX", params)
         except self.errors as exc:
             raise RuntimeError(f"NIXL could not create its UCX backend ({exc}); KV transfer "
