@@ -29,7 +29,9 @@ PROMPTS = ["hello there", "Tell me about the weather in Paris."]
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "ignore_eos": True}
 
 
-@pytest.fixture(scope="module", params=["tokens", "text"])
+# The Tokens-mode stack's tests are in the SGLang core `make test` runs on SGLang 0.5.21 too.
+@pytest.fixture(scope="module", params=[pytest.param("tokens", marks=pytest.mark.sglang_core),
+                                        "text"])
 def stack(request, tmp_path_factory, tiny_model_path):
     tokens = request.param == "tokens"
     stack = start_sglang_topology(tmp_path_factory.mktemp(f"sglang-{request.param}"),
