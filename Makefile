@@ -6,7 +6,8 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 REQS := requirements/base.txt requirements/sglang-cpu.txt requirements/constraints.txt pyproject.toml
 
-.PHONY: install etcd test test-fast fuzz demo bench aiperf models clean install-gpu test-gpu
+.PHONY: install etcd test test-fast fuzz demo bench aiperf models clean install-gpu test-gpu \
+	install-sglang-0.5.21
 
 install: $(STAMP)
 
@@ -32,8 +33,37 @@ etcd:
 	command -v etcd >/dev/null || { $(SUDO) apt-get update -q && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server; }
 
-test: install
+# The whole suite on .venv's SGLang 0.5.23, then the SGLang end-to-end core (marker sglang_core)
+# once more on SGLang 0.5.21 + NIXL 1.5.0, what Dynamo 1.6.1's users get; either failing fails.
+test: install install-sglang-0.5.21
 	$(PY) -m pytest
+	$(SGL21_PY) -m pytest -m sglang_core -p no:cacheprovider
+
+# SGLang 0.5.21 (Dynamo 1.6.1's own: its sglang-runtime image and `ai-dynamo[sglang]==1.6.1`)
+# with NIXL 1.5.0 and 0.5.21's transformers/tokenizers pins, as an overlay on .venv: its own
+# site-packages holds only requirements/sglang-0.5.21.txt (--no-deps), and a .pth appends .venv's
+# site-packages (this project's editable install, torch, ai-dynamo, ...) after it, so those
+# packages shadow .venv's. The last step checks that they do.
+SGL21_VENV := .venv-sglang-0.5.21
+SGL21_PY := $(SGL21_VENV)/bin/python
+SGL21_STAMP := $(SGL21_VENV)/.installed
+SGL21_SITE := $(SGL21_VENV)/lib/python3.11/site-packages
+install-sglang-0.5.21: $(SGL21_STAMP)
+
+$(SGL21_STAMP): $(STAMP) requirements/sglang-0.5.21.txt
+	test -x $(SGL21_PY) || $(PY) -m venv --without-pip $(SGL21_VENV)
+	echo "import site; site.addsitedir('$(abspath $(VENV))/lib/python3.11/site-packages')" \
+		> $(SGL21_SITE)/zz_base_venv.pth
+	$(PY) -m pip --python $(SGL21_PY) install -q --no-deps -r requirements/sglang-0.5.21.txt
+	$(SGL21_PY) -c 'import importlib.metadata as m, sglang, nixl, nixl_cu13, transformers, \
+		tokenizers, huggingface_hub, components; \
+		got = {p: m.version(p) for p in ("sglang", "nixl", "transformers", "tokenizers")}; \
+		assert got == {"sglang": "0.5.21", "nixl": "1.5.0", "transformers": "5.12.1", \
+			"tokenizers": "0.22.2"}, got; \
+		assert all(x.__file__.startswith("$(abspath $(SGL21_SITE))/") for x in (sglang, nixl, \
+			nixl_cu13, transformers, tokenizers, huggingface_hub)), "not shadowed"; \
+		assert components.__file__.startswith("$(CURDIR)/"), components.__file__'
+	touch $(SGL21_STAMP)
 
 # Request fuzz (per mode), side-channel fuzz and the soak, FUZZ_DURATION_S seconds each (default 600).
 FUZZ_DURATION_S ?= 600
@@ -88,4 +118,4 @@ test-gpu: install-gpu
 	$(GPU_VENV)/bin/python -m pytest tests/gpu -v -rA -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(GPU_VENV) .cache results
+	rm -rf $(VENV) $(AIPERF_VENV) $(GPU_VENV) $(SGL21_VENV) .cache results

@@ -20,6 +20,12 @@ modules are adjusted right after they load.
   `torchvision.transforms` at module level; the registry's torchvision links CUDA. A stand-in
   is importable only while those modules execute and is
   dropped from `sys.modules` afterwards, so transformers keeps seeing no torchvision.
+- `configs.utils` (SGLang 0.5.21, under its pin transformers 5.12.1): that transformers files
+  `AutoImageProcessor` under torchvision, so without torchvision `from transformers import
+  AutoImageProcessor` gives a placeholder that raises when the config package registers its
+  image processors at load time. The module's name is bound to the real class (transformers'
+  own `models.auto.image_processing_auto`, which needs only PIL); a transformers that gives the
+  real class (5.24, SGLang 0.5.23's) is left as it is.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any, Callable
 _CONN = "sglang.srt.disaggregation.nixl.conn"
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _NIXL_API = "nixl_cu13._api"
+_CONFIG_UTILS = "sglang.srt.configs.utils"
 _NIXL_DELAY_ENV = "TEST_NIXL_PROGRESS_DELAY_US"
 _NEEDS_TORCHVISION = frozenset({"sglang.srt.configs.deepseek_ocr",
                                 "sglang.srt.multimodal.internvl_utils"})
@@ -98,12 +105,20 @@ def _patch_nixl_api(module: types.ModuleType) -> None:
     module.nixlBind = _BindingsWithProgressDelay(module.nixlBind, int(os.environ[_NIXL_DELAY_ENV]))
 
 
+def _patch_config_utils(module: types.ModuleType) -> None:
+    from transformers.models.auto import image_processing_auto
+
+    real = image_processing_auto.AutoImageProcessor
+    if module.AutoImageProcessor is not real:
+        module.AutoImageProcessor = real
+
+
 def _no_patch(module: types.ModuleType) -> None:
     del module
 
 
 _PATCHES: dict[str, Callable[[types.ModuleType], None]] = {
-    _CONN: _patch_conn, _PREFILL: _patch_prefill, **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
+    _CONN: _patch_conn, _PREFILL: _patch_prefill, _CONFIG_UTILS: _patch_config_utils, **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
     **({_NIXL_API: _patch_nixl_api} if os.environ.get(_NIXL_DELAY_ENV) else {})}
 
 
