@@ -7,12 +7,33 @@ do not:
   request as a scheduler abort does), ``load_snapshot_reader`` (the scheduler's own request
   counts, shared by every tokenizer process), and argparse's private
   ``_actions`` / ``_add_action`` to file ``ServerArgs``' flags under their own help group.
+
+Two SGLang releases are supported and tested: 0.5.23 and 0.5.21 (Dynamo 1.6.1's own). What
+differs between them is decided here, from ``SGLANG_VERSION`` alone:
+
+- 0.5.21's ``TokenizerManager._handle_batch_request`` leaves states behind on parallel
+  sampling (``sglang_adapt_tokenizer_manager``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 from typing import Any
+
+from packaging.version import Version
+
+
+def _installed_version(dist: str) -> Version | None:
+    try:
+        return Version(importlib.metadata.version(dist))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# The installed SGLang (None: none), read from its metadata without importing it; every
+# version-dependent path of the component tests this and nothing else.
+SGLANG_VERSION = _installed_version("sglang")
 
 
 def adopt_flags(source: argparse.ArgumentParser, group: argparse._ArgumentGroup) -> None:
@@ -59,3 +80,36 @@ def sglang_end_request(manager: Any, rid: str, reason: dict[str, Any]) -> None:
 
     manager._handle_abort_req(AbortReq(rid=rid, finished_reason=reason,
                                        abort_message=reason["message"]))
+
+
+def sglang_adapt_tokenizer_manager(manager: Any) -> None:
+    """What SGLang's TokenizerManager needs in this version, applied once per engine (and per
+    attached tokenizer process)."""
+    if SGLANG_VERSION is not None and SGLANG_VERSION < Version("0.5.23"):
+        _drop_parallel_sample_leftovers(manager)
+
+
+def _drop_parallel_sample_leftovers(manager: Any) -> None:
+    """SGLang 0.5.21, a request with n > 1: its states are made for the request's own rids
+    (``{rid}_0`` ... ``{rid}_{n-1}``), the samples run under fresh rids, and only ``{rid}_0``'s
+    state is dropped; the others stay in ``rid_to_state`` for good, never dispatched (0.5.23
+    drops them all). They are dropped here once the samples are under way, and at the end."""
+    handle = manager._handle_batch_request
+
+    def drop(rids: list[str]) -> None:
+        for rid in rids:
+            state = manager.rid_to_state.get(rid)
+            if state is not None and not state.dispatched:
+                del manager.rid_to_state[rid]
+
+    async def handle_batch_request(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        own = (list(obj.rid) if getattr(obj, "parallel_sample_num", 1) > 1
+               and isinstance(obj.rid, list) else [])
+        try:
+            async for out in handle(obj, *args, **kwargs):
+                drop(own)
+                yield out
+        finally:
+            drop(own)
+
+    manager._handle_batch_request = handle_batch_request

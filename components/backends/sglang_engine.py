@@ -18,7 +18,9 @@ from sglang.srt.server_args import ServerArgs
 from components.backends.sglang import dp_layout
 from components.backends.sglang_aborts import aborts_are_ordered, order_aborts
 from components.backends.sglang_env import prepare_sglang_environment
-from components.backends.sglang_compat import adopt_flags, sglang_end_request, sglang_scheduler_info
+from components.backends.sglang_compat import (
+    adopt_flags, sglang_adapt_tokenizer_manager, sglang_end_request, sglang_scheduler_info,
+)
 from components.backends.limits import EngineLimits, sglang_on_cpu
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST  # SGLang's own value: no KV moves
 
@@ -121,6 +123,7 @@ def create_engine(server_args: ServerArgs) -> Any:
     engine = sgl.Engine(server_args=server_args)
     if engine.tokenizer_manager is not None:  # None on a node other than the first
         order_aborts(engine.tokenizer_manager)
+        sglang_adapt_tokenizer_manager(engine.tokenizer_manager)
     return engine
 
 
@@ -131,6 +134,7 @@ def attach_engine(parent_pid: int) -> Any:
 
     engine = sgl.Engine.attach_tokenizer_worker(parent_pid)
     order_aborts(engine.tokenizer_manager)
+    sglang_adapt_tokenizer_manager(engine.tokenizer_manager)
     return engine
 
 
