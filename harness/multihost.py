@@ -111,6 +111,7 @@ class HostStack(Stack):
     place: dict[str, Host] = field(default_factory=dict)
     bind: str = "address"
     worker_env: dict[str, str] = field(default_factory=dict)  # every process but the frontend
+    prefill_ports: tuple[int, int] | None = None  # bootstrap, room watch: a restart reuses them
 
     def host_of(self, name: str) -> Host:
         return self.place.get(name, self.default)

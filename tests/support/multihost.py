@@ -10,8 +10,8 @@ from pathlib import Path
 
 from harness.multihost import HostServices, HostStack
 from harness.netns import Hosts
-from tests.support.topologies import (AGG, DISAGG, ENGINE_ARGS, FRONTEND_ORCHESTRATED, SGLANG,
-                                      SGLANG_ENGINE_ARGS, start_decode, start_prefill,
+from harness.topology import free_port
+from tests.support.topologies import (AGG, DISAGG, ENGINE_ARGS, SGLANG, start_decode,
                                       start_sglang_decode, start_sglang_prefill)
 
 LEASE_TTL_S = "5"  # Dynamo's ETCD_LEASE_TTL: a killed worker's keys go within seconds
@@ -32,7 +32,9 @@ def start_split(workdir: Path, model_path: str, hosts: Hosts, services: HostServ
     a, b = hosts[0], hosts[1]
     stack = HostStack(workdir, model_path, discovery_backend="etcd", request_plane="nats",
                       services_env={**services.env(), "ETCD_LEASE_TTL": LEASE_TTL_S},
-                      namespace=f"mh{next(_NAMESPACES)}", default=a,
+                      # SGLang's workers name Dynamo's default namespace in their endpoints
+                      namespace=None if engine == "sglang" else f"mh{next(_NAMESPACES)}",
+                      default=a,
                       place={"prefill": b}, bind=bind, worker_env=dict(env or {}))
     served = SGLANG if engine == "sglang" else DISAGG
     try:
@@ -40,13 +42,11 @@ def start_split(workdir: Path, model_path: str, hosts: Hosts, services: HostServ
         start_prefill_on(stack, "prefill", skip_tokenizer_init, orchestrator, engine,
                          worker_args)
         if engine == "sglang":
-            start_sglang_decode(stack, "decode", skip_tokenizer_init, orchestrator,
-                                (*worker_args, "--endpoint", f"dyn://{stack.namespace}.sglang.generate",
-                                 "--prefill-endpoint", f"dyn://{stack.namespace}.sglang_prefill.generate"))
+            start_sglang_decode(stack, "decode", skip_tokenizer_init, orchestrator, worker_args)
         else:
             start_decode(stack, "decode", skip_tokenizer_init, worker_args, orchestrator)
         stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
-                           "--endpoint", f"dyn://{stack.namespace}.agg.generate",
+                           "--endpoint", f"dyn://{stack.namespace or 'dynamo'}.agg.generate",
                            skip_tokenizer_init=skip_tokenizer_init)
         stack.wait_ready(served, AGG, timeout=ready_timeout, probe=True)
     except BaseException:
@@ -58,15 +58,19 @@ def start_split(workdir: Path, model_path: str, hosts: Hosts, services: HostServ
 
 def start_prefill_on(stack: HostStack, name: str, skip_tokenizer_init: bool, orchestrator: str,
                      engine: str = "cpu", worker_args: tuple[str, ...] = ()) -> None:
-    """A prefill worker (a replacement too) on the host ``stack.place`` gives ``name``."""
-    if name not in stack.place:
-        stack.place[name] = stack.place["prefill"]
+    """A prefill worker on the prefill's host. On the CPU engine a replacement reuses the first
+    one's bootstrap and room-watch ports: it comes back at the same address."""
+    stack.place.setdefault(name, stack.place["prefill"])
     if engine == "sglang":
-        start_sglang_prefill(stack, name, skip_tokenizer_init, orchestrator,
-                             (*worker_args, "--endpoint",
-                              f"dyn://{stack.namespace}.sglang_prefill.generate"))
-    else:
-        start_prefill(stack, name, skip_tokenizer_init, worker_args, orchestrator)
+        start_sglang_prefill(stack, name, skip_tokenizer_init, orchestrator, worker_args)
+        return
+    if stack.prefill_ports is None:
+        stack.prefill_ports = (free_port(), free_port())
+    bootstrap, watch = stack.prefill_ports
+    stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *worker_args,
+                       "--disaggregation-bootstrap-port", str(bootstrap),
+                       "--room-watch-port", str(watch), "--disagg-orchestrator", orchestrator,
+                       skip_tokenizer_init=skip_tokenizer_init)
 
 
-__all__ = ["FRONTEND_ORCHESTRATED", "SGLANG_ENGINE_ARGS", "start_services", "start_split"]
+__all__ = ["start_prefill_on", "start_services", "start_split"]
