@@ -43,8 +43,8 @@ EXTREME = [{"temperature": 3e38}, {"temperature": 1.1e-6},
 
 
 # The decode-orchestrated stack's faults are in the SGLang core `make test` runs on 0.5.21 too.
-@pytest.fixture(scope="module", params=[pytest.param(DECODE_ORCHESTRATED, marks=pytest.mark.sglang_core),
-                                        FRONTEND_ORCHESTRATED],
+@pytest.fixture(scope="module", params=[
+    pytest.param(DECODE_ORCHESTRATED, marks=pytest.mark.sglang_core), FRONTEND_ORCHESTRATED],
                 ids=["decode-orch", "frontend-orch"])
 def stack(tmp_path_factory, tiny_model_path, request):
     extra = ("--prefill-wait-timeout", str(PREFILL_WAIT_S))
