@@ -24,7 +24,9 @@ import time
 import httpx
 import pytest
 
-from harness.multihost import HostStack
+from components.engine.disagg.transport.events import NOTIF_GRACE_S, NOTIF_LOST
+from components.engine.disagg.transport.nixl_endpoint import ADAPTIVE_PROGRESS_ENV
+from harness.multihost import HostStack, log_lines
 from harness.netns import Hosts, unavailable
 from harness.topology import wait_until
 from tests.e2e.client import user
@@ -161,9 +163,39 @@ def test_cpu_prefill_killed_then_restarted_at_the_same_address(cpu_tokens):
     assert_exact(cpu_tokens)  # no stale state: the same answers as before the kill
 
 
+def test_cpu_lost_notification_fails_the_request_and_is_not_counted(tmp_path_factory,
+                                                                   tiny_model_path, hosts,
+                                                                   services, cpu_tokens):
+    """UCX's default adaptive progress on the workers (the setting that lost the notification
+    across namespaces): the WRITE lands and is DONE on the prefill, the notification never
+    reaches the decode. The request fails within the grace after the prefill's ``Written``
+    (not at the 30 s transfer timeout), both sides log it naming the peer and the transport,
+    and the prefill stops counting the WRITE as done."""
+    cpu_tokens.stop()  # one stack at a time on small machines
+    stack = start_split(tmp_path_factory.mktemp("mh-lost"), tiny_model_path, hosts, services,
+                        skip_tokenizer_init=True, orchestrator=DECODE_ORCHESTRATED,
+                        env={ADAPTIVE_PROGRESS_ENV: "y"}, probe=False)
+    try:
+        prefix = f"v1/instances/{stack.namespace}/prefill/"
+        wait_until(lambda: services.etcd_items(prefix), 60, "the prefill to register")
+        body = {"model": DISAGG, "messages": user("lost?"), "max_tokens": 4}
+        t0 = time.monotonic()
+        status = stack.call(lambda: httpx.post(f"{stack.url}/v1/chat/completions", json=body,
+                                               timeout=60).status_code)
+        failed_after = time.monotonic() - t0
+        print(f"lost notification: {status} after {failed_after:.1f} s")
+        assert status != 200 and failed_after < NOTIF_GRACE_S + 10
+        decode = log_lines(stack.procs["decode"].log_path, NOTIF_LOST)
+        assert decode and "10.231.0.2" in decode[0] and "UCX" in decode[0], decode
+        wait_until(lambda: log_lines(stack.procs["prefill"].log_path, "no longer counted"), 10,
+                   "the prefill to stop counting the WRITE")
+    finally:
+        stack.stop()
+
+
 def test_sglang_tokens_frontend_orchestrated_equals_aggregated(tmp_path_factory, tiny_model_path,
                                                                hosts, services, cpu_tokens):
-    cpu_tokens.stop()  # the CPU engine's tests are done: one stack at a time on small machines
+    cpu_tokens.stop()  # one stack at a time on small machines
     stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-sglang",
                    skip_tokenizer_init=True, orchestrator=FRONTEND_ORCHESTRATED, engine="sglang")
     try:

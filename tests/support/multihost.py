@@ -25,9 +25,10 @@ def start_services(workdir: Path, hosts: Hosts) -> HostServices:
 def start_split(workdir: Path, model_path: str, hosts: Hosts, services: HostServices,
                 skip_tokenizer_init: bool, orchestrator: str, bind: str = "address",
                 engine: str = "cpu", worker_args: tuple[str, ...] = (),
-                env: dict[str, str] | None = None, ready_timeout: float = 300) -> HostStack:
+                env: dict[str, str] | None = None, ready_timeout: float = 300,
+                probe: bool = True) -> HostStack:
     """Frontend, decode and ``tiny-agg`` on host A, prefill on host B; ready once one request
-    went through the disaggregated model. ``bind``: every worker's ``--host`` ("address": its
+    went through the disaggregated model (with ``probe``; else once the frontend lists it). ``bind``: every worker's ``--host`` ("address": its
     host's own). ``env`` goes to the prefill and decode workers."""
     a, b = hosts[0], hosts[1]
     stack = HostStack(workdir, model_path, discovery_backend="etcd", request_plane="nats",
@@ -48,7 +49,7 @@ def start_split(workdir: Path, model_path: str, hosts: Hosts, services: HostServ
         stack.start_worker("agg", "null", AGG, *ENGINE_ARGS,
                            "--endpoint", f"dyn://{stack.namespace or 'dynamo'}.agg.generate",
                            skip_tokenizer_init=skip_tokenizer_init)
-        stack.wait_ready(served, AGG, timeout=ready_timeout, probe=True)
+        stack.wait_ready(served, AGG, timeout=ready_timeout, probe=probe)
     except BaseException:
         print(stack.logs())
         stack.stop()

@@ -7,6 +7,12 @@ connection dropped, or it refused our Hello, or it never connected, or a grace o
 ``transfer_timeout`` passed. A prefill that said ``Holding`` (a WRITE NIXL will not let go of)
 replaces that grace by the long holding backstop.
 
+A room whose prefill said ``Written`` (its WRITE is DONE, the notification posted with it) but
+whose notification has not come within ``notif_grace`` (5 s, at most ``transfer_timeout``)
+fails with a message starting ``NOTIF_LOST`` naming the prefill and the transport; the Abort
+carrying it tells the prefill not to count that WRITE as done. Without ``Written`` the bound
+is ``transfer_timeout`` (``--cpu-transfer-timeout``, 30 s).
+
 A notification counts only if it comes from the agent the room's prefill named in its
 ``Welcome`` (checked with the secret's HMAC when one is set); one that comes before the Welcome
 is kept with its room until the Welcome says whether it counts.
@@ -25,7 +31,8 @@ from components.engine.disagg.transport.auth import welcome_ok
 from components.engine.disagg.transport.bootstrap import Endpoint
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
 from components.engine.disagg.transport.events import (
-    HOLD_BACKSTOP_FACTOR, Event, FailureKind, KVArrived, RoomReleased, TransferFailed, abort_kind,
+    HOLD_BACKSTOP_FACTOR, NOTIF_LOST, Event, FailureKind, KVArrived, RoomReleased, TransferFailed,
+    abort_kind, notif_grace,
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peers import Throttle
@@ -49,6 +56,7 @@ class _Room:
     since: float  # when the current state began
     releasing: bool = False
     held: bool = False  # the prefill said a WRITE of it may still land
+    written: float | None = None  # when the prefill said its WRITE was DONE (``Written``)
     # Notifications that came before the Welcome (a few: a stranger's must not hide the real one)
     early: list[tuple[str, KVNotif]] = field(default_factory=list)
 
@@ -111,7 +119,13 @@ class DecodeSide:
     # --- inputs -------------------------------------------------------------------------------
     def on_message(self, endpoint: Endpoint, msg) -> None:
         if isinstance(msg, Written):
-            return  # a wake-up only: the poll's progress() right after reads the notification
+            # A wake-up: the poll's progress() right after reads the notification. Should it
+            # never come (a transport that cannot deliver it), the room fails after the grace.
+            r = self._rooms.get(msg.room)
+            if r is not None and r.endpoint == endpoint and not r.releasing and not r.written:
+                r.written = time.monotonic()
+                r.deadline = min(r.deadline, r.written + notif_grace(self._transfer_timeout))
+            return
         if isinstance(msg, (Welcome, Refused)):
             self._on_greeting(endpoint, msg)
             return
@@ -190,6 +204,13 @@ class DecodeSide:
                     logger.error("room %s: releasing pages the prefill said a WRITE may still "
                                  "reach, after %g s", r.room, now - r.since)
                 self._release(r)
+            elif r.written:
+                msg = (f"{NOTIF_LOST}: prefill {r.endpoint[0]}:{r.endpoint[1]} (NIXL agent "
+                       f"{self._prefills.get(r.endpoint)!r}) wrote room {r.room}'s KV "
+                       f"{now - r.written:.1f} s ago, but its NIXL notification (a UCX active "
+                       "message) never arrived; UCX_PROTO_INFO=y shows the transport it took")
+                logger.warning("room %s (rid %s): %s", r.room, r.rid, msg)
+                self._fail(r, msg, FailureKind.TIMED_OUT)
             else:
                 msg = (f"timed out waiting for KV of room {r.room} from prefill "
                        f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s")

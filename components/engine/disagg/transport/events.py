@@ -74,3 +74,13 @@ Event = TransferDone | KVArrived | TransferFailed | RoomReleased
 # transfer timeouts; past that the pages are freed with an ERROR (a leak is worse than the risk
 # of a write NIXL has been cancelling for that long).
 HOLD_BACKSTOP_FACTOR = 10
+
+# A WRITE the prefill saw DONE (and said so with ``Written``) but whose NIXL notification never
+# reached the decode within ``notif_grace``: the decode fails the room with a message starting
+# with NOTIF_LOST, and the prefill, told so by that Abort, stops counting the WRITE as done.
+NOTIF_LOST = "KV notification lost"
+NOTIF_GRACE_S = 5.0  # after ``Written``; the notification is posted with the WRITE itself
+
+
+def notif_grace(transfer_timeout: float) -> float:
+    return min(NOTIF_GRACE_S, transfer_timeout)

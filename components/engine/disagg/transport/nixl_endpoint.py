@@ -44,6 +44,7 @@ pages (``host_memory.py``) make each of those kernel copies cheaper.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -54,13 +55,15 @@ logger = logging.getLogger(__name__)
 # UCX's cma segment: the most one process_vm_writev moves of a descriptor (UCX default 512k).
 CMA_SEG_SIZE = "1g"
 # Poll every UCX interface, not only those of our own endpoints (see the module docstring).
-ADAPTIVE_PROGRESS = "n"
+# The variable restores UCX's default ("y"), which loses notifications across namespaces: only
+# for showing that such a loss fails the request (tests/e2e/test_e2e_multihost.py).
+ADAPTIVE_PROGRESS_ENV = "DYN_KV_UCX_ADAPTIVE_PROGRESS"
 
 
 def engine_config(cma_seg_size: str | None) -> str:
     """NIXL's ``engine_config`` for the UCX context: comma-separated ``NAME=value`` (UCX's
     names without ``UCX_``; NIXL ignores a string it cannot split, e.g. with ``;``)."""
-    items = [f"ADAPTIVE_PROGRESS={ADAPTIVE_PROGRESS}"]
+    items = [f"ADAPTIVE_PROGRESS={os.environ.get(ADAPTIVE_PROGRESS_ENV, 'n')}"]
     if cma_seg_size:  # None: UCX's default segment
         items.append(f"CMA_SEG_SIZE={cma_seg_size}")
     return ",".join(items)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from components.engine.disagg.transport.bootstrap import BootstrapServer
 from components.engine.disagg.transport.events import (
+    NOTIF_LOST,
     Event,
     FailureKind,
     TransferFailed,
@@ -205,6 +206,8 @@ class PrefillSide:
         return True
 
     def _on_decode_abort(self, identity: bytes, msg: Abort) -> None:
+        if msg.message.startswith(NOTIF_LOST):
+            self._writes.notif_lost(msg.room, identity, msg.message)
         message = f"aborted by decode: {msg.message}"
         kind = abort_kind(message)
         r = self._writes.get(msg.room)

@@ -29,6 +29,8 @@ from protocol.kv_side_channel import (
 
 logger = logging.getLogger(__name__)
 
+MAX_RECENT = 4096  # DONE rooms remembered, so a lost notification can un-count its WRITE
+
 
 @dataclass
 class Registration:
@@ -56,6 +58,7 @@ class PrefillRoom:
     nbytes: int = 0  # what the WRITE moves
     logprob: FirstLogprob | None = None  # the first token's, when the request asked for them
     cached_tokens: int = 0  # prompt tokens this prefill served from its prefix cache
+    elapsed: float = 0.0  # post to DONE, once DONE
 
     def give_up(self, message: str, kind: FailureKind) -> None:
         """Its WRITE is in flight: report the first reason it was given up once it settles."""
@@ -90,6 +93,7 @@ class PrefillWrites:
         self._rooms: dict[int, PrefillRoom] = {}
         self._tombstones = tombstones
         self._zombies: list[object] = []  # settled handles NIXL refused to release; retried
+        self._recent: dict[int, PrefillRoom] = {}  # rooms DONE lately, oldest first
         self.totals = TransferTotals()
 
     @property
@@ -183,6 +187,9 @@ class PrefillWrites:
         elif state == "DONE":
             del self._rooms[r.room]
             self._count_done(r)
+            self._recent[r.room] = r  # until the decode could still say it never arrived
+            if len(self._recent) > MAX_RECENT:
+                del self._recent[next(iter(self._recent))]
             # The notification went out with the WRITE; this wakes decode's side-channel poll
             # so it reads it now instead of after its next poll slice (up to 1 ms later).
             self._server.send(r.reg.identity, Written(r.room, self._nixl.name))
@@ -194,10 +201,24 @@ class PrefillWrites:
 
     def _count_done(self, r: PrefillRoom) -> None:
         t = self.totals
-        t.last_seconds = time.monotonic() - r.started
+        t.last_seconds = r.elapsed = time.monotonic() - r.started
         t.writes += 1
         t.nbytes += r.nbytes
         t.seconds += t.last_seconds
+
+    def notif_lost(self, room: int, identity: bytes, message: str) -> None:
+        """The decode says a WRITE counted done never announced itself (its notification was
+        lost): stop counting it, and say which peer and transport."""
+        r = self._recent.get(room)
+        if r is None or r.reg.identity != identity:
+            return
+        del self._recent[room]
+        t = self.totals
+        t.writes, t.nbytes, t.seconds = t.writes - 1, t.nbytes - r.nbytes, t.seconds - r.elapsed
+        logger.warning("room %s (rid %s): the KV WRITE to decode agent %r was DONE here, but its "
+                       "NIXL notification (UCX active message) never reached the decode; no "
+                       "longer counted as a transfer done. The decode said: %s",
+                       room, r.rid, r.reg.agent, message)
 
     def fail(self, r: PrefillRoom, message: str, kind: FailureKind, tell_decode: bool) -> None:
         """End a room with no WRITE in flight: tell decode, remember it, report it."""
