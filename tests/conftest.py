@@ -9,7 +9,23 @@ import pytest
 from harness.services import Services
 from harness.topology import Stack
 from tests.support.models import model_path
+from tests.support.shared_stacks import NEXT_KEY, SharedStacks, StackKey, key_of, order_items
 from tests.support.topologies import start_topology
+
+def pytest_report_header() -> str:
+    """The stack under test: `make test` runs the suite on .venv and its SGLang core once more
+    on .venv-sglang-0.5.21 (Makefile), and each run says which it is."""
+    import importlib.metadata
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "none"
+
+    return "stack: " + ", ".join(f"{d} {version(d)}" for d in ("sglang", "nixl", "transformers",
+                                                               "tokenizers", "torch", "ai-dynamo"))
+
 
 # Every SGLang worker the tests start (they inherit this environment) runs NIXL's progress thread
 # with this delay instead of spinning: tests/support/sglang_cpu/sitecustomize.py.
@@ -33,10 +49,38 @@ def tokenizer(tiny_model_path):
     return AutoTokenizer.from_pretrained(tiny_model_path)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The tests of each shared stack (tests/support/shared_stacks.py) one after another.
+    order_items(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]):
+    # Before the fixtures' teardown: whether the next test uses the same shared stack (keep it).
+    item.config.stash[NEXT_KEY] = key_of(nextitem)
+    return (yield)
+
+
+@pytest.fixture(scope="session")
+def shared_stacks(tmp_path_factory, tiny_model_path) -> Iterator[SharedStacks]:
+    """The standard topologies that modules share by key, one alive at a time
+    (tests/support/shared_stacks.py); through its `lease`, never directly."""
+    def start(key: StackKey, discovery: Optional[Services]) -> Stack:
+        return start_topology(tmp_path_factory.mktemp(key.name), tiny_model_path,
+                              key.skip_tokenizer_init, key.with_agg, key.prefill_args,
+                              key.worker_args, key.orchestrator, discovery)
+
+    pool = SharedStacks(start)
+    yield pool
+    pool.stop(check=False)  # each user's teardown checked it
+
+
 @pytest.fixture(scope="module")
 def start_stack(tmp_path_factory, tiny_model_path) -> Iterator[Callable[..., Stack]]:
     """Starts the standard topology (`tests/support/topologies.py`) for this module's tests, in a fresh
-    directory named after `name`; every one it started is stopped after them."""
+    directory named after `name`; every one it started is stopped after them. For modules that
+    kill, restart or break a process, or need fresh counters: the others share stacks
+    (`shared_stacks`)."""
     stacks: list[Stack] = []
 
     def start(name: str, skip_tokenizer_init: bool, with_agg: bool = True,
