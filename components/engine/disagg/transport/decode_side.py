@@ -7,11 +7,9 @@ connection dropped, or it refused our Hello, or it never connected, or a grace o
 ``transfer_timeout`` passed. A prefill that said ``Holding`` (a WRITE NIXL will not let go of)
 replaces that grace by the long holding backstop.
 
-A room whose prefill said ``Written`` (its WRITE is DONE, the notification posted with it) but
-whose notification has not come within ``notif_grace`` (5 s, at most ``transfer_timeout``)
-fails with a message starting ``NOTIF_LOST`` naming the prefill and the transport; the Abort
-carrying it tells the prefill not to count that WRITE as done. Without ``Written`` the bound
-is ``transfer_timeout`` (``--cpu-transfer-timeout``, 30 s).
+A room fails ``notif_grace`` (5 s) after the prefill's ``Written`` if the notification has not
+come (``notif_lost_message``: peer and transport); without ``Written``, after
+``transfer_timeout`` (``--cpu-transfer-timeout``, 30 s).
 
 A notification counts only if it comes from the agent the room's prefill named in its
 ``Welcome`` (checked with the secret's HMAC when one is set); one that comes before the Welcome
@@ -31,8 +29,8 @@ from components.engine.disagg.transport.auth import welcome_ok
 from components.engine.disagg.transport.bootstrap import Endpoint
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
 from components.engine.disagg.transport.events import (
-    HOLD_BACKSTOP_FACTOR, NOTIF_LOST, Event, FailureKind, KVArrived, RoomReleased, TransferFailed,
-    abort_kind, notif_grace,
+    HOLD_BACKSTOP_FACTOR, Event, FailureKind, KVArrived, RoomReleased, TransferFailed, abort_kind,
+    notif_grace, notif_lost_message,
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peers import Throttle
@@ -205,10 +203,8 @@ class DecodeSide:
                                  "reach, after %g s", r.room, now - r.since)
                 self._release(r)
             elif r.written:
-                msg = (f"{NOTIF_LOST}: prefill {r.endpoint[0]}:{r.endpoint[1]} (NIXL agent "
-                       f"{self._prefills.get(r.endpoint)!r}) wrote room {r.room}'s KV "
-                       f"{now - r.written:.1f} s ago, but its NIXL notification (a UCX active "
-                       "message) never arrived; UCX_PROTO_INFO=y shows the transport it took")
+                msg = notif_lost_message(r.endpoint, self._prefills.get(r.endpoint), r.room,
+                                         now - r.written)
                 logger.warning("room %s (rid %s): %s", r.room, r.rid, msg)
                 self._fail(r, msg, FailureKind.TIMED_OUT)
             else:

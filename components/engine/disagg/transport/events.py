@@ -84,3 +84,11 @@ NOTIF_GRACE_S = 5.0  # after ``Written``; the notification is posted with the WR
 
 def notif_grace(transfer_timeout: float) -> float:
     return min(NOTIF_GRACE_S, transfer_timeout)
+
+
+def notif_lost_message(endpoint: tuple[str, int], agent: str | None, room: int,
+                       ago: float) -> str:
+    """The decode's reason (sent to the prefill in the Abort): the peer and the transport."""
+    return (f"{NOTIF_LOST}: prefill {endpoint[0]}:{endpoint[1]} (NIXL agent {agent!r}) wrote "
+            f"room {room}'s KV {ago:.1f} s ago, but its NIXL notification (a UCX active "
+            "message) never arrived; UCX_PROTO_INFO=y shows the transport it took")
