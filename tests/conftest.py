@@ -12,6 +12,7 @@ from tests.support.models import model_path
 from tests.support.shared_stacks import NEXT_KEY, SharedStacks, StackKey, key_of, order_items
 from tests.support.topologies import start_topology
 
+
 def pytest_report_header() -> str:
     """The stack under test: `make test` runs the suite on .venv and its SGLang core once more
     on .venv-sglang-0.5.21 (Makefile), and each run says which it is."""
