@@ -63,3 +63,15 @@ def test_prefill_stops_counting_a_write_whose_notification_was_lost():
     assert side.totals.writes == 0 and side.totals.nbytes == 0
     side.on_message(b"id-d", Abort(room=7, agent_name="dec", message=f"{NOTIF_LOST}: again"))
     assert side.totals.writes == 0  # once only
+
+
+def test_ucx_context_polls_every_interface_unless_told_otherwise(monkeypatch):
+    """ADAPTIVE_PROGRESS=n is the fix (docs/multi-host.md); NIXL splits engine_config on commas
+    (a ';'-joined string was silently ignored, measured)."""
+    from components.engine.disagg.transport.nixl_endpoint import ADAPTIVE_PROGRESS_ENV, engine_config
+
+    monkeypatch.delenv(ADAPTIVE_PROGRESS_ENV, raising=False)
+    assert engine_config("1g") == "ADAPTIVE_PROGRESS=n,CMA_SEG_SIZE=1g"
+    assert engine_config(None) == "ADAPTIVE_PROGRESS=n"
+    monkeypatch.setenv(ADAPTIVE_PROGRESS_ENV, "y")
+    assert engine_config("1g") == "ADAPTIVE_PROGRESS=y,CMA_SEG_SIZE=1g"
