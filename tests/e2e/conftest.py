@@ -1,10 +1,11 @@
 """Fixtures for end-to-end tests: real frontend, real workers on the CPU engine or on the real
 SGLang engine (SGLang's own CPU path), real NIXL.
 
-Topologies (`tests/support/topologies.py`) are started once per test module and shared by its tests: one
-with the frontend tokenizing (Tokens mode; once per orchestration style, so the module's checks
-hold for both), one with the workers tokenizing (Text mode, decode-orchestrated: the frontend
-orchestrates only Tokens-mode models). The
+The standard topologies (`tests/support/topologies.py`) are shared by the modules that only send
+requests, one alive at a time (`tests/support/shared_stacks.py`): one with the frontend tokenizing
+(Tokens mode; once per orchestration style, so a module's checks hold for both), one with the
+workers tokenizing (Text mode, decode-orchestrated: the frontend orchestrates only Tokens-mode
+models). The
 SGLang ones serve `tiny-sglang` (aggregated, or disaggregated) next to the CPU engine's
 `tiny-agg`, the reference for greedy output.
 """
@@ -17,21 +18,19 @@ import httpx
 import pytest
 
 from harness.topology import Stack
-from tests.support.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
+from tests.support.shared_stacks import TEXT, TOKENS, TOKENS_FRONTEND, lease
 
 
-@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+@pytest.fixture(scope="module", params=[TOKENS, TOKENS_FRONTEND],
                 ids=["decode-orch", "frontend-orch"])
-def tokens_stack(start_stack, request) -> Iterator[Stack]:
-    stack = start_stack(f"tokens-{request.param}", skip_tokenizer_init=True,
-                        orchestrator=request.param)
-    yield stack
-    stack.stop()  # before the next style's stack starts (the module's other stacks stay up)
+def tokens_stack(request) -> Iterator[Stack]:
+    yield from lease(request, request.param)
 
 
 @pytest.fixture(scope="module")
-def text_stack(start_stack) -> Stack:
-    return start_stack("text", skip_tokenizer_init=False)
+def text_stack(request) -> Iterator[Stack]:
+    """A module using it declares `SHARED_STACK = TEXT` (the suite orders tests by it)."""
+    yield from lease(request, TEXT)
 
 
 @pytest.fixture

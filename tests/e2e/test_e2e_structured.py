@@ -9,10 +9,14 @@ engine's matcher starts after it. A schema or regex that does not compile is a 4
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from harness.topology import Stack
 from tests.e2e.client import chat, completion, error_message, post, stream, user
-from tests.support.structured_schemas import BAD_SCHEMA, SCHEMAS, WHITESPACE_ARGS, assert_valid
+from tests.support.shared_stacks import TEXT, TOKENS, StackKey, lease
+from tests.support.structured_schemas import BAD_SCHEMA, SCHEMAS, assert_valid
 from tests.support.topologies import AGG, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -21,10 +25,43 @@ MODES = ["tokens", "text"]
 SAMPLING = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "seed": 11}}
 
 
+# The shared stacks (tests/support/shared_stacks.py; their keys cap JSON whitespace as these
+# tests need): a test's `mode` names its stack (Tokens without one), and the suite runs each
+# stack's users together, so a block of this module's tests uses one of them.
+KEYS = {"tokens": TOKENS, "text": TEXT}
+
+
+def _stack_key(params: dict) -> StackKey:
+    return KEYS[params.get("mode", "tokens")]
+
+
+SHARED_STACK = _stack_key
+
+
+class _Stacks:
+    """`stacks[mode]`: the shared stack of `mode`, leased on first use in this block of tests."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+        self._leases: dict[str, Iterator[Stack]] = {}
+        self._stacks: dict[str, Stack] = {}
+
+    def __getitem__(self, mode: str) -> Stack:
+        if mode not in self._stacks:
+            self._leases[mode] = lease(self._request, KEYS[mode])
+            self._stacks[mode] = next(self._leases[mode])
+        return self._stacks[mode]
+
+    def release(self) -> None:
+        for held in self._leases.values():
+            next(held, None)  # the lease's release: checked idle, stopped unless next in line
+
+
 @pytest.fixture(scope="module")
-def stacks(start_stack):
-    return {"tokens": start_stack("structured-tokens", True, worker_args=WHITESPACE_ARGS),
-            "text": start_stack("structured-text", False, worker_args=WHITESPACE_ARGS)}
+def stacks(request, shared_stacks) -> Iterator[_Stacks]:
+    held = _Stacks(request)
+    yield held
+    held.release()
 
 
 def schema_body(model: str, name: str, sampling: str, **extra) -> dict:

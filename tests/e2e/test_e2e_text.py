@@ -12,9 +12,13 @@ import pytest
 
 from tests.e2e.client import chat, error_message, post, stream, user
 from tests.e2e.logprobs_checks import check_chat
+from tests.support.shared_stacks import TEXT
 from tests.support.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+# Its text_stack is the shared Text stack (tests/support/shared_stacks.py): the suite runs its
+# users together.
+SHARED_STACK = TEXT
 
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "ignore_eos": True}
 PROMPTS = ["hello there", "Write about the sea, in one line."]

@@ -14,26 +14,23 @@ import pytest
 from harness.topology import wait_until
 from tests.e2e.client import chat, completion, error_message, leave_mid_stream, post, stream, user
 from tests.e2e.logprobs_checks import check_chat, check_completions
-from tests.support.topologies import (
-    AGG, CONTEXT_LENGTH, DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED,
+from tests.support.shared_stacks import (
+    TOKENS, TOKENS_ETCD, TOKENS_FRONTEND, TOKENS_FRONTEND_ETCD, lease,
 )
+from tests.support.topologies import AGG, CONTEXT_LENGTH, DISAGG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-@pytest.fixture(scope="module", params=[
-    (DECODE_ORCHESTRATED, "file"), (FRONTEND_ORCHESTRATED, "file"),
-    (DECODE_ORCHESTRATED, "etcd"), (FRONTEND_ORCHESTRATED, "etcd"),
-], ids=["decode-orch", "frontend-orch", "decode-orch-etcd", "frontend-orch-etcd"])
-def tokens_stack(start_stack, request):
+@pytest.fixture(scope="module",
+                params=[TOKENS, TOKENS_FRONTEND, TOKENS_ETCD, TOKENS_FRONTEND_ETCD],
+                ids=["decode-orch", "frontend-orch", "decode-orch-etcd", "frontend-orch-etcd"])
+def tokens_stack(request):
     """This module's checks hold for both orchestration styles, each with file discovery + TCP
-    and with etcd + NATS (one etcd and NATS for the session, one namespace per stack)."""
-    orchestrator, discovery = request.param
-    services = request.getfixturevalue("etcd_nats") if discovery == "etcd" else None
-    stack = start_stack(f"tokens-{orchestrator}-{discovery}", skip_tokenizer_init=True,
-                        orchestrator=orchestrator, discovery=services)
-    yield stack
-    stack.stop()  # before the next one starts
+    and with etcd + NATS (one etcd and NATS for the session, one namespace per stack); the
+    stacks are shared with other modules (tests/support/shared_stacks.py)."""
+    yield from lease(request, request.param)
+
 
 PROMPTS = ["hello there", "Tell me about the weather in Paris.", "1 2 3 4 5 6 7"]
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "ignore_eos": True}

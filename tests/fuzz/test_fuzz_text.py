@@ -5,11 +5,14 @@ ends exactly as it does alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from harness.topology import Stack
 from tests.fuzz import runner
 from tests.fuzz.cases import EXTREME, TEXT_CASES
+from tests.support.shared_stacks import TEXT, lease
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIMEOUT_S)]
 
@@ -17,9 +20,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIME
 ENGINE_5XX: dict[str, str] = {}
 
 
+# The shared Text stack (tests/support/shared_stacks.py): the suite runs its users together.
+SHARED_STACK = TEXT
+
+
 @pytest.fixture(scope="module")
-def stack(start_stack) -> Stack:
-    return start_stack("fuzz-text", skip_tokenizer_init=False)
+def stack(request) -> Iterator[Stack]:
+    yield from lease(request, TEXT)
 
 
 @pytest.fixture(scope="module")

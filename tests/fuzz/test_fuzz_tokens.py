@@ -6,12 +6,14 @@ ends exactly as it does alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from harness.topology import Stack
 from tests.fuzz import runner
 from tests.fuzz.cases import EXTREME, TOKENS_CASES
-from tests.support.topologies import DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED
+from tests.support.shared_stacks import TOKENS, TOKENS_FRONTEND, lease
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIMEOUT_S)]
 
@@ -19,13 +21,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fuzz, pytest.mark.timeout(runner.TIME
 ENGINE_5XX: dict[str, str] = {}
 
 
-@pytest.fixture(scope="module", params=[DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED],
+@pytest.fixture(scope="module", params=[TOKENS, TOKENS_FRONTEND],
                 ids=["decode-orch", "frontend-orch"])
-def stack(start_stack, request) -> Stack:
-    stack = start_stack(f"fuzz-tokens-{request.param}", skip_tokenizer_init=True,
-                        orchestrator=request.param)
-    yield stack
-    stack.stop()  # before the other style's stack starts
+def stack(request) -> Iterator[Stack]:
+    """Shared with the other modules on these keys (tests/support/shared_stacks.py)."""
+    yield from lease(request, request.param)
 
 
 @pytest.fixture(scope="module")

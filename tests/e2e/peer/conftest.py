@@ -1,5 +1,6 @@
 """Fixtures of the peer-compatibility suite: the standard topology (`tests/support/topologies.py`), one
-stack per mode shared by every module of this package, and the two models it serves.
+stack per mode shared by every module of this package (and by other modules:
+`tests/support/shared_stacks.py`), and the two models it serves.
 
 `stack` is parametrized over the two modes (Tokens: the frontend tokenizes; Text: the workers
 do) and `model` over the disaggregated `tiny` and the aggregated `tiny-agg`, so each peer
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 from harness.topology import Stack
-from tests.support.topologies import AGG, DISAGG, start_topology
+from tests.support.shared_stacks import TEXT, TOKENS, lease
+from tests.support.topologies import AGG, DISAGG
 
 MODES = {"tokens": True, "text": False}  # mode -> --skip-tokenizer-init
 
@@ -34,16 +36,17 @@ class PeerStack:
         return self.mode == "tokens"
 
 
-@pytest.fixture(scope="package", params=sorted(MODES))
-def stack(request, tmp_path_factory, tiny_model_path) -> Iterator[PeerStack]:
-    mode = request.param
-    # SGLang's --constrained-json-max-whitespace-cnt: the random model would otherwise fill a
-    # JSON answer with whitespace until max_tokens (the peers' tests assume a real model).
-    started = start_topology(tmp_path_factory.mktemp(f"peer-{mode}"), tiny_model_path,
-                             skip_tokenizer_init=MODES[mode],
-                             worker_args=("--constrained-json-max-whitespace-cnt", "1"))
-    yield PeerStack(started, mode)
-    started.stop()
+# The shared stacks of each mode (tests/support/shared_stacks.py); their keys cap JSON whitespace
+# (SGLang's --constrained-json-max-whitespace-cnt 1): the random model would otherwise fill a JSON
+# answer with whitespace until max_tokens (the peers' tests assume a real model).
+KEYS = {"text": TEXT, "tokens": TOKENS}
+
+
+@pytest.fixture(scope="package", params=[KEYS[mode] for mode in sorted(MODES)], ids=sorted(MODES))
+def stack(request) -> Iterator[PeerStack]:
+    mode = next(m for m, key in KEYS.items() if key == request.param)
+    for started in lease(request, request.param):
+        yield PeerStack(started, mode)
 
 
 @pytest.fixture(params=[DISAGG, AGG])
