@@ -1,5 +1,5 @@
 """Event-loop responsiveness while a 64k-token chat is templated and tokenized
-(docs/architecture.md, "Preprocessing off the event loop").
+(docs/reference/preprocessing.md).
 
 Arms, interleaved, each preprocessing the same long chat once per run:
   inline   - the naive baseline: template + tokenize on the event loop;

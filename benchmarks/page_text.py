@@ -83,7 +83,7 @@ template, the first chunk) that weighs on N = 1,000.
 PREPROCESS = """\
 `python -m benchmarks.bench_preprocess_loop` — the worker's event loop while a **64k-token chat**
 (system prompt + alternating ~1,200-token turns) is templated and tokenized with the model's fast
-tokenizer (docs/architecture.md, "Preprocessing off the event loop").
+tokenizer (docs/reference/preprocessing.md).
 Arms: **inline** on the loop (the naive baseline), **shared**
 (`asyncio.to_thread` with the loop's own tokenizer: the naive fix, one Rust backend shared by two
 threads) and **executor** (the project's `handlers.preprocess.Preprocessor`: one FIFO thread with
@@ -168,7 +168,7 @@ millisecond), with an open-loop run added. Compute almost vanishes, so what is l
 per request and per token of the serving path itself: HTTP and SSE, the frontend's tokenization
 and detokenization, the request plane, the handler (and, disaggregated, the second hop and the KV
 hand-off), against the same engine called in-process. Both ways to disaggregate are measured
-(docs/architecture.md, "Two orchestration styles"): **disagg** is Dynamo 1.6.1's own orchestration
+(docs/reference/orchestration.md): **disagg** is Dynamo 1.6.1's own orchestration
 (the frontend sends each request to a prefill worker, then to a decode worker with the prefill's
 bootstrap answer), **disagg-decode** the decode worker calling its prefill worker itself.
 """

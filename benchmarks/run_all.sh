@@ -23,7 +23,8 @@ for arg in "$@"; do
     esac
 done
 mkdir -p "$OUT"
-# On tiny, both disaggregation styles (docs/architecture.md): what each costs the serving path.
+# On tiny, both disaggregation styles (docs/reference/orchestration.md): what each costs the
+# serving path.
 TINY_ARMS=engine,agg,agg-chunked,disagg,disagg-decode
 
 "$PY" -m components.model_builder --size tiny --out .cache/models/tiny-seed0 --if-missing

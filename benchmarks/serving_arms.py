@@ -33,8 +33,8 @@ TOPOLOGY_ARGS = {
     # SGLang's --stream-interval: a chunk every 2 tokens (the first at once), half the items.
     "agg-interval2": ("--stream-interval", "2"),
     # `disagg` runs the workers' default style (frontend-orchestrated in Tokens mode);
-    # `disagg-decode` the decode-orchestrated one (docs/architecture.md, "Two orchestration
-    # styles").
+    # `disagg-decode` the decode-orchestrated one
+    # (docs/reference/orchestration.md).
     "disagg-decode": ("--disagg-orchestrator", "decode"),
 }
 TOPOLOGIES = tuple(WORKERS)

@@ -20,7 +20,7 @@ class TokenizerManager(Protocol):
 
 
 class Engine(Protocol):
-    """SGLang's offline Engine API subset (docs/architecture.md, "The engine API"); with
+    """SGLang's offline Engine API subset (docs/reference/engine-api.md); with
     stream=True the awaited value is an async iterator of incremental chunks
     {"text"?, "output_ids", "meta_info"}."""
 

@@ -1,5 +1,5 @@
 """Decode (or aggregated) worker handler: the endpoint the frontend calls
-(docs/architecture.md, "A request's life").
+(docs/reference/request-life.md).
 
 Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
 the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded (`prefill_handoff.py`); or,
@@ -90,7 +90,7 @@ class DecodeHandler(BaseHandler):
         self.preprocessor = preprocessor
         self.parsers = parsers  # Text mode: SGLang's tool-call / reasoning parsers, if set
         # Claims each request's room at its prefill, so the prefill stops as soon as this half
-        # ends early (docs/architecture.md, "The room watch"): as the request arrives when the
+        # ends early (docs/reference/room-watch.md): as the request arrives when the
         # frontend orchestrates, once the prefill names the room when decode does.
         self.rooms = rooms if config.disaggregated else None
         self._handoff: Optional[PrefillHandoff] = None  # decode-orchestrated only

@@ -1,5 +1,5 @@
 """The wire of frontend-orchestrated disaggregation (Dynamo 1.6.1's own style;
-docs/architecture.md, "Two orchestration styles").
+docs/reference/orchestration.md).
 
 The frontend's prefill router picks a prefill and a decode worker and sends both the same
 `bootstrap_info` (host and port the prefill worker registered, a room the frontend drew):

@@ -1,4 +1,4 @@
-"""The decode half's side of the room watch (docs/architecture.md, "The room watch"): claim
+"""The decode half's side of the room watch (docs/reference/room-watch.md): claim
 the room (the frontend's, before anything else; or the one the prefill names, as soon as it
 does), and say how the half ended when it does, so the prefill computing the other half stops at
 once instead of holding KV for nobody."""

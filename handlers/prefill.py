@@ -1,4 +1,4 @@
-"""Prefill worker handler (docs/architecture.md, "A request's life", disaggregated step 4).
+"""Prefill worker handler (docs/reference/request-life.md, disaggregated step 4).
 
 Starts the engine request with a bootstrap room, then yields the bootstrap info FIRST, then
 keeps its stream open until the engine reports the prompt's KV delivered (last item:

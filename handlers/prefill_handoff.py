@@ -1,8 +1,8 @@
-"""Decode-orchestrated disaggregation, decode's side (docs/architecture.md, "Disaggregated
-(decode-orchestrated)", steps 3-5): send the ids + sampling params to a prefill worker, wait
-(bounded) for its bootstrap room, then drain the rest of its stream in a tracked task, so a
-prefill that fails before decode has its KV aborts decode's engine request instead of leaving
-it waiting for KV that never comes."""
+"""Decode-orchestrated disaggregation, decode's side (docs/reference/request-life.md,
+"Disaggregated (decode-orchestrated)", steps 3-5): send the ids + sampling params to a prefill
+worker, wait (bounded) for its bootstrap room, then drain the rest of its stream in a tracked
+task, so a prefill that fails before decode has its KV aborts decode's engine request instead
+of leaving it waiting for KV that never comes."""
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine

@@ -1,5 +1,5 @@
 """Chat template + tokenization off the event loop
-(docs/architecture.md, "Preprocessing off the event loop").
+(docs/reference/preprocessing.md).
 
 One FIFO worker thread does the work, so requests leave preprocessing in arrival order and
 the loop keeps streaming other requests while a long prompt is tokenized. The worker uses its

@@ -1,5 +1,5 @@
-"""Text mode: tool calls and reasoning in the worker's own output (docs/architecture.md, "Tool
-calls and reasoning").
+"""Text mode: tool calls and reasoning in the worker's own output
+(docs/reference/tool-calls.md).
 
 The worker renders `tools` into the chat template and, when started with SGLang's
 `--tool-call-parser` / `--reasoning-parser`, splits what the model writes into OpenAI's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Disaggregated serving, in either orchestration style (docs/architecture.md):
+# Disaggregated serving, in either orchestration style (docs/reference/orchestration.md):
 #
 #   frontend-orchestrated (Dynamo 1.6.1's style; the default in Tokens mode):
 #     client -> dynamo.frontend (HTTP; its prefill router picks one prefill and one decode

@@ -1,5 +1,5 @@
 """Wire messages of the room watch: how a decode worker tells the prefill worker holding the
-other half of a request that its half ended (docs/architecture.md, "The room watch").
+other half of a request that its half ended (docs/reference/room-watch.md).
 
 One TCP connection per decode worker process and prefill worker; each frame is a 4-byte
 big-endian length and a msgpack body (msgspec, never pickle). Decode -> prefill only:

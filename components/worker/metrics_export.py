@@ -1,6 +1,6 @@
 """What the worker puts on Dynamo's `/metrics` (the system port), next to the runtime's own
 `dynamo_component_*` request metrics, through Dynamo's `register_engine_metrics_callback` as
-Dynamo 1.6.1's SGLang worker does (docs/architecture.md, "Metrics"):
+Dynamo 1.6.1's SGLang worker does (docs/reference/metrics.md):
 
 - the worker's registry (components/worker/metrics.py) with SGLang's `sglang:*` families
   (components/worker/sglang_metrics.py), labelled with the worker's `dynamo_namespace`,

@@ -1,5 +1,4 @@
-"""Model registration with the Dynamo frontend (docs/architecture.md, "Two orchestration
-styles").
+"""Model registration with the Dynamo frontend (docs/reference/orchestration.md).
 
 - Frontend-orchestrated (Dynamo 1.6.1's style): both legs register under the served name.
   Decode as `WorkerType.Decode` with `needs=[[Prefill]]` (the frontend answers 503 until a
@@ -119,7 +118,7 @@ def served_endpoints(config: WorkerConfig, model_type: Any) -> Any:
 
 def model_kind(skip_tokenizer_init: bool, prefill: bool = False) -> tuple[Any, Any]:
     """Tokens in/out when the frontend tokenizes; raw chat bodies otherwise
-    (docs/architecture.md, "Two input modes"). A registered prefill is Tokens-only."""
+    (docs/reference/input-modes.md). A registered prefill is Tokens-only."""
     if prefill:
         return ModelInput.Tokens, ModelType.Prefill
     if skip_tokenizer_init:

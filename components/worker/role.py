@@ -1,7 +1,7 @@
 """What this worker is, decided once from its flags: aggregated, prefill or decode; who starts
 a disaggregated request's prefill; which input mode it serves. Everything else reads these
 properties instead of combining mode, orchestrator and input mode itself.
-(docs/architecture.md, "Two input modes" and "Two orchestration styles".)
+(docs/reference/input-modes.md and docs/reference/orchestration.md.)
 """
 
 from __future__ import annotations

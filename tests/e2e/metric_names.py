@@ -1,6 +1,6 @@
 """Checks shared by the e2e metric tests of both engines: the names Dynamo 1.6.1 + SGLang users
 chart (SGLang's `sglang:*`, Dynamo's standard engine gauges) on a worker's `/metrics`, with
-their labels (docs/architecture.md, "Metrics")."""
+their labels (docs/reference/metrics.md)."""
 
 from __future__ import annotations
 

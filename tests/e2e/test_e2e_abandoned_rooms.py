@@ -5,7 +5,7 @@ decode worker. Afterwards the prefill holds no request (and, on the CPU engine, 
 a short request is served at once (nothing queued behind dead work).
 
 Frontend-orchestrated, the frontend's prefill leg is never told (Dynamo 1.6.1); the decode half
-tells it through the room watch (docs/architecture.md, "The room watch"). One stack per engine
+tells it through the room watch (docs/reference/room-watch.md). One stack per engine
 and style for the module; the kill test comes last, since it breaks it.
 """
 

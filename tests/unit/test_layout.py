@@ -1,4 +1,4 @@
-"""The layout's rules, read from the source (docs/architecture.md, "Modules"):
+"""The layout's rules, read from the source (docs/reference/modules.md):
 
 - imports go one way, `protocol` <- `handlers` <- `components`; the CPU engine
   (`components/engine/`) imports only `protocol` and itself, never the worker, the backends,

@@ -1,5 +1,5 @@
-"""The engine's parts, built from its config on the engine thread (docs/architecture.md, "The
-CPU engine's core"): the model runner, the KV pool sized for it, the output processor, the
+"""The engine's parts, built from its config on the engine thread (docs/reference/cpu-engine.md,
+"The CPU engine's core"): the model runner, the KV pool sized for it, the output processor, the
 disaggregation coordinator, the prefix cache and the scheduler over them, and `EngineInfo`,
 what other threads may read about the result."""
 

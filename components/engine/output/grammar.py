@@ -7,7 +7,7 @@ most ``compile_timeout_s``. A grammar that does not compile refuses the request 
 message (a 400), as SGLang's xgrammar backend does. On the engine thread each constrained row's
 matcher fills a token bitmask that is applied to its logits before sampling, then advances with
 the sampled token; a matcher that reaches its end finishes the request (SGLang's
-``FINISH_MATCHED_TOKEN``). Why xgrammar: docs/architecture.md, "Structured output".
+``FINISH_MATCHED_TOKEN``). Why xgrammar: docs/reference/structured-output.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Chunks have SGLang's incremental-stream shape: ``{"output_ids", "text"?, "meta_info": {"id",
 "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency"?}}``, with
-``finish_reason`` None until the last chunk (docs/architecture.md, "The engine API").
+``finish_reason`` None until the last chunk (docs/reference/engine-api.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The decode worker's side of the room watch (docs/architecture.md, "The room watch").
+"""The decode worker's side of the room watch (docs/reference/room-watch.md).
 
 One connection per prefill worker's watch server, opened on first use and kept: `claim` sends
 the room's Claim as the decode half arrives, and the returned claim's `release` sends how the

@@ -1,5 +1,5 @@
-"""Where each prefill worker keeps its room watch, asked over Dynamo (docs/architecture.md,
-"The room watch").
+"""Where each prefill worker keeps its room watch, asked over Dynamo
+(docs/reference/room-watch.md).
 
 The frontend's `bootstrap_info` names only a prefill's bootstrap server. Every prefill worker
 also serves `<namespace>.<prefill component>.room_watch`, which answers one item

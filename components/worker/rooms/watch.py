@@ -1,4 +1,4 @@
-"""The prefill worker's room watch server (docs/architecture.md, "The room watch").
+"""The prefill worker's room watch server (docs/reference/room-watch.md).
 
 Each decode worker process keeps one TCP connection here and claims the room of every decode
 half it serves; when that half ends early it releases the room with its outcome. A room whose

@@ -1,4 +1,4 @@
-"""The room watch in the worker process (docs/architecture.md, "The room watch"): the prefill
+"""The room watch in the worker process (docs/reference/room-watch.md): the prefill
 worker's server and its `room_watch` endpoint, the decode worker's claims. Both styles:
 decode-orchestrated, the decode also stops the prefill's stream itself, but Dynamo 1.6.1's
 runtime loses that stop when the decode gives up while the prefill's response stream is still

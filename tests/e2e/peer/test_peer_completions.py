@@ -1,6 +1,6 @@
 """/v1/completions as SGLang's test_openai_server.py::run_completion(_stream) asserts it, with
 the prompt as a string, as token ids and as a list of prompts. Tokens mode only: a Text-mode
-worker registers chat alone (docs/architecture.md, "Two input modes")."""
+worker registers chat alone (docs/reference/input-modes.md)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_empty_prompt_is_the_frontends_400(tokens_stack, http, prompt, words):
 
 def test_text_mode_has_no_completions(stack, http):
     """sglang run_completion against a Text-mode worker: it registers `ModelType.Chat` only, so
-    the frontend answers /v1/completions with its 404 (docs/architecture.md, "Two input modes")."""
+    the frontend answers /v1/completions with its 404 (docs/reference/input-modes.md)."""
     if stack.tokens:
         pytest.skip("Tokens mode serves /v1/completions")
     r = post(http, stack.url, "completions", _body("tiny", PROMPT))

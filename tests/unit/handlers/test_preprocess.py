@@ -1,4 +1,4 @@
-"""The preprocess executor (docs/architecture.md, "Preprocessing off the event loop"): FIFO,
+"""The preprocess executor (docs/reference/preprocessing.md): FIFO,
 contextvars, inline fast path without overtaking, cancelled jobs keep their place, a cloned
 backend (never the loop's), current wrapper settings, no corruption under a loop-side truncation
 storm, a responsive loop during a ~250k-token encode, and the fallbacks (slow tokenizer lock,
