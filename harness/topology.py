@@ -59,10 +59,12 @@ def strip_sglang_cpu(env: dict[str, str]) -> None:
 
 
 # The ports handed out here lie below Linux's ephemeral range (32768-60999) and below SGLang's own
-# picks (its --port, 30000, plus offsets). A port found by binding port 0 is ephemeral: any
-# outbound connection, or another engine binding port 0, may take it before the process it was
-# meant for binds it (seen: an SGLang scheduler's KV events socket, "Address already in use").
-PORT_RANGE = (20000, 29999)
+# picks (its --port, 30000, plus offsets; its torch.distributed port, drawn from 22000-29999 and
+# bound only later by its scheduler: seen taken by a port handed out here, "EADDRINUSE"). A port
+# found by binding port 0 is ephemeral: any outbound connection, or another engine binding port
+# 0, may take it before the process it was meant for binds it (seen: an SGLang scheduler's KV
+# events socket, "Address already in use").
+PORT_RANGE = hosts.SAFE_PORT_RANGE
 
 
 def free_port() -> int:

@@ -30,9 +30,15 @@ def bind_address(host: str) -> tuple[socket.AddressFamily, str]:
     return (socket.AF_INET6 if ":" in bare else socket.AF_INET), bare
 
 
+# Ports picked here for a process to bind later: below 32768 (Dynamo 1.6.1 parses
+# DYN_SYSTEM_PORT as an i16, and Linux's ephemeral range starts there) and below 22000, where
+# SGLang draws the torch.distributed port its scheduler binds only later (22000-29999).
+SAFE_PORT_RANGE = (10000, 21999)
+
+
 def free_system_port(host: str) -> int:
-    """A free port below 32768 on `host`: Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16."""
-    return free_port_in(host, 20000, 32767)
+    """A free port on `host` for a Dynamo system port (SAFE_PORT_RANGE)."""
+    return free_port_in(host, *SAFE_PORT_RANGE)
 
 
 def free_port_in(host: str, low: int, high: int) -> int:

@@ -101,7 +101,10 @@ def _cards(stack: Stack) -> dict[str, dict[str, Any]]:
         return {}
     cards = {}
     for path in mdc.iterdir():
-        entry = json.loads(path.read_text())
+        try:
+            entry = json.loads(path.read_text())
+        except json.JSONDecodeError:  # file discovery writes a card in place: not complete yet
+            continue
         cards[entry["component"]] = entry["card_json"]
     return cards
 

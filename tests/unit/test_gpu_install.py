@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -103,8 +104,11 @@ def test_no_extra_pins_another_sglang_or_a_package_of_the_gpu_stack(project_requ
 
 def _recipe(target: str) -> list[str]:
     """The command lines of one Makefile rule, variables expanded by `make -n` itself."""
-    out = subprocess.run(["make", "-n", "-B", "-f", "Makefile", target], cwd=ROOT,
-                         capture_output=True, text=True, timeout=30)
+    # Run inside `make test`, make's own variables would make this a sub-make that prints
+    # "Entering/Leaving directory" lines among the commands.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "-n", "-B", "--no-print-directory", "-f", "Makefile", target],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.splitlines()
 
