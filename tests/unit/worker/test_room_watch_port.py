@@ -10,19 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from components.backends import select as backend_select
 from components.worker.config import parse_args
 from components.worker.rooms.wiring import start_room_watch
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("cpu_machine")]
 
 PREFILL = ["--model-path", "/models/tiny", "--disaggregation-mode", "prefill"]
-
-
-@pytest.fixture(autouse=True)
-def _cpu_machine(monkeypatch):
-    monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
-    monkeypatch.delenv("ENGINE", raising=False)
 
 
 class FakeRuntime:
