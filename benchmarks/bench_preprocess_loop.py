@@ -4,7 +4,8 @@
 Arms, interleaved, each preprocessing the same long chat once per run:
   inline   - the naive baseline: template + tokenize on the event loop;
   shared   - the naive fix: `asyncio.to_thread` with the loop's own tokenizer (shared Rust backend);
-  executor - the project's `handlers.preprocess.Preprocessor` (one FIFO thread, cloned backend).
+  executor - the project's `handlers.text.preprocess.Preprocessor` (one FIFO thread, cloned
+             backend).
 While the job runs, three things share the loop and are measured over the job's window:
   - loop lag: a task sleeping 1 ms, lag = actual interval - 1 ms;
   - a short stream: a producer thread (like the engine thread) delivers a token every 5 ms through
@@ -57,7 +58,7 @@ def long_chat(tok, target_tokens: int, seed: int) -> list[dict]:
 
 
 async def one_run(arm: str, tok, pre, messages: list[dict]) -> tuple[dict, list[int]]:
-    from handlers.preprocess import encode_chat
+    from handlers.text.preprocess import encode_chat
 
     mon = Monitors(tok)
     tasks = [asyncio.create_task(c()) for c in (mon.ticker, mon.stream, mon.probe)]
@@ -83,7 +84,7 @@ async def one_run(arm: str, tok, pre, messages: list[dict]) -> tuple[dict, list[
 
 
 async def measure(args, tok, messages) -> tuple[dict, bool, int]:
-    from handlers.preprocess import Preprocessor
+    from handlers.text.preprocess import Preprocessor
 
     pre = Preprocessor(tok)  # clones the backend now, before any measurement
     runs: dict = {arm: [] for arm in ARMS}

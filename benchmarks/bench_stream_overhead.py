@@ -39,7 +39,7 @@ PROMPT = [5, 6, 7, 8]
 
 def make_handler(arm: str, engine, tokenizer):
     from handlers.decode import DecodeConfig, DecodeHandler
-    from handlers.preprocess import Preprocessor
+    from handlers.text.preprocess import Preprocessor
 
     config = DecodeConfig(
         served_model_name="bench",

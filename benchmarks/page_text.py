@@ -86,7 +86,7 @@ PREPROCESS = """\
 tokenizer (docs/reference/preprocessing.md).
 Arms: **inline** on the loop (the naive baseline), **shared**
 (`asyncio.to_thread` with the loop's own tokenizer: the naive fix, one Rust backend shared by two
-threads) and **executor** (the project's `handlers.preprocess.Preprocessor`: one FIFO thread with
+threads) and **executor** (the project's `handlers.text.preprocess.Preprocessor`: one FIFO thread with
 its own clone of the backend). Measured over the job's window, on the same loop: **loop lag**
 (a task sleeping 1 ms; lag = actual interval - 1 ms), the **inter-token gap of a concurrent short
 stream** (a thread delivers a token every 5 ms through `call_soon_threadsafe`, as the engine thread

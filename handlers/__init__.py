@@ -4,14 +4,14 @@ Imports protocol/ and the standard library (plus jinja2 for template errors); ne
 SGLang or torch. The worker component wires engines, clients and the runtime to these.
 """
 
-from handlers.base import BaseHandler, Context, Engine, PrefillClient, TokenizerManager
+from handlers.core.base import BaseHandler, Context, Engine, PrefillClient, TokenizerManager
 from handlers.decode import DecodeConfig, DecodeHandler
-from handlers.errors import (
+from handlers.core.errors import (
     EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
-from handlers.health import HEALTH_CHECK_KEY, decode_health_payload, prefill_health_payload
+from handlers.core.health import HEALTH_CHECK_KEY, decode_health_payload, prefill_health_payload
 from handlers.prefill import PrefillConfig, PrefillHandler
-from handlers.preprocess import PreprocessConfig, Preprocessor
+from handlers.text.preprocess import PreprocessConfig, Preprocessor
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
 
 __all__ = [

@@ -15,27 +15,27 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from handlers.base import BaseHandler, Context, Engine, PrefillClient, RoomClaims
-from handlers.chat_outputs import ChoiceOutputs
-from handlers.chat_stream import ChatStream, asks_for
-from handlers.errors import EngineError, RequestError
-from handlers.frontend_disagg import (
+from handlers.core.base import BaseHandler, Context, Engine, PrefillClient, RoomClaims
+from handlers.text.chat_outputs import ChoiceOutputs
+from handlers.text.chat_stream import ChatStream, asks_for
+from handlers.core.errors import EngineError, RequestError
+from handlers.disagg.frontend_disagg import (
     check_no_prompt_logprobs, check_one_choice, request_bootstrap,
 )
-from handlers.half_end import HalfEnd, claim_boot, claim_room
-from handlers.guard import END, RequestGuard, Stopped, aclose, next_item
-from handlers.live import new_rid
-from handlers.logprobs import (
+from handlers.disagg.half_end import HalfEnd, claim_boot, claim_room
+from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
+from handlers.core.live import new_rid
+from handlers.core.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
-from handlers.prefill_handoff import PrefillHandoff
-from handlers.routing import routing_kwargs
-from handlers.preprocess import Preprocessor
-from handlers.sampling import text_sampling_params, tokens_sampling_params
-from handlers.template_kwargs import check_template_kwargs
-from handlers.token_stream import TokenStream
-from handlers.tool_calls import ChatParsers, add_constraint, plan_output
-from handlers.unsupported import check_text_request, check_tokens_request
+from handlers.disagg.prefill_handoff import PrefillHandoff
+from handlers.core.routing import routing_kwargs
+from handlers.text.preprocess import Preprocessor
+from handlers.core.sampling import text_sampling_params, tokens_sampling_params
+from handlers.text.template_kwargs import check_template_kwargs
+from handlers.core.token_stream import TokenStream
+from handlers.text.tool_calls import ChatParsers, add_constraint, plan_output
+from handlers.core.unsupported import check_text_request, check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest
@@ -66,7 +66,8 @@ class _Job:
     prefill_request: PreprocessedRequest
     stream: Union[TokenStream, ChatStream]
     boot: Optional[BootstrapInfo] = None  # the frontend's, when it orchestrates
-    # the engine's return_logprob, top_logprobs_num, ... and the routing hints (handlers/routing.py)
+    # the engine's return_logprob, top_logprobs_num, ... and the routing hints
+    # (handlers/core/routing.py)
     logprob_kwargs: dict[str, Any] = field(default_factory=dict)
 
 

@@ -7,7 +7,7 @@ PrefillDone) or raises. It never tokenizes: the request carries token ids.
 Both orchestration styles arrive here, told apart by shape as Dynamo 1.6.1's handler does:
 decode's `{request, sampling_params}` wrapper (fresh room, bare BootstrapInfo first), or the
 frontend's flat preprocessed request (its `bootstrap_info` room, `disaggregated_params` first;
-handlers.frontend_disagg).
+handlers.disagg.frontend_disagg).
 """
 
 import asyncio
@@ -19,15 +19,15 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from handlers.base import BaseHandler, Context, Engine, RoomEnd, RoomWatch
-from handlers.errors import EngineError, RequestError
-from handlers.finish import map_finish_reason
-from handlers.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
-from handlers.guard import END, RequestGuard, Stopped, next_item
-from handlers.health import HEALTH_CHECK_KEY
-from handlers.live import new_rid
-from handlers.logprobs import tokens_logprob_kwargs
-from handlers.routing import routing_kwargs
+from handlers.core.base import BaseHandler, Context, Engine, RoomEnd, RoomWatch
+from handlers.core.errors import EngineError, RequestError
+from handlers.core.finish import map_finish_reason
+from handlers.disagg.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
+from handlers.core.guard import END, RequestGuard, Stopped, next_item
+from handlers.core.health import HEALTH_CHECK_KEY
+from handlers.core.live import new_rid
+from handlers.core.logprobs import tokens_logprob_kwargs
+from handlers.core.routing import routing_kwargs
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 from protocol.disagg import DisaggPreprocessedRequest, PrefillDone
 from protocol.limits import MAX_BOOTSTRAP_ROOM

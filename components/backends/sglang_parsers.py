@@ -1,5 +1,5 @@
 """SGLang's own tool-call and reasoning parsers (`--tool-call-parser`, `--reasoning-parser`,
-SGLang's names and meanings) behind the handlers' `ChatParsers` (handlers/tool_calls.py), for
+SGLang's names and meanings) behind the handlers' `ChatParsers` (handlers/text/tool_calls.py), for
 Text mode on either engine: the CPU engine's worker imports sglang only when one is set.
 
 Each choice gets fresh parsers, run as SGLang's serving_chat runs them: the reasoning parser
@@ -17,7 +17,7 @@ from sglang.srt.entrypoints.openai.protocol import Tool, ToolChoice
 from sglang.srt.function_call.function_call_parser import FunctionCallParser
 from sglang.srt.parser.reasoning_parser import ReasoningParser
 
-from handlers.tool_calls import Parsed, ToolCallDelta
+from handlers.text.tool_calls import Parsed, ToolCallDelta
 from protocol.structural_tag import structural_tag_arg
 
 _MAX_DRAIN_STEPS = 256  # detector steps per chunk: a call takes two (name, arguments)

@@ -42,7 +42,7 @@ from components.worker.shutdown import (
 from components.worker.signal_guard import SignalGuard
 from components.worker.startup import connect_prefill, start_engine, warmup_prefill
 from components.worker.tokenizer_workers import engine_pid, watch_exit
-from handlers.live import LiveRequests, rid_prefix
+from handlers.core.live import LiveRequests, rid_prefix
 
 logger = logging.getLogger(__name__)
 

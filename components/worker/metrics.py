@@ -28,8 +28,8 @@ from typing import Any, Optional
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from handlers.errors import PrefillUnavailable, RequestError
-from handlers.preprocess import Preprocessor
+from handlers.core.errors import PrefillUnavailable, RequestError
+from handlers.text.preprocess import Preprocessor
 
 from components.worker.loop_lag import LoopLagMonitor
 

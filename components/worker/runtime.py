@@ -25,7 +25,7 @@ from dynamo.llm.exceptions import HttpError, InvalidArgument
 from dynamo.runtime import Context
 
 from components.worker.backoff import Backoff
-from handlers.errors import EngineUnavailable, PrefillUnavailable, RequestError
+from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)
 

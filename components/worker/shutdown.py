@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from components.worker.tokenizer_workers import TokenizerWorkers, watch_exit
-from handlers.errors import EngineUnavailable
-from handlers.live import LiveRequests
+from handlers.core.errors import EngineUnavailable
+from handlers.core.live import LiveRequests
 
 logger = logging.getLogger(__name__)
 

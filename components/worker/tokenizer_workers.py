@@ -7,8 +7,8 @@ or the CPU engine's) and serves the same endpoint with its own request handling,
 tokenization and detokenization, so that per-request Python work is spread over N processes.
 Attached processes watch the engine process: when it exits they end the requests they hold at
 once and stop (Linux's parent-death SIGTERM starts that too); the engine process aborts the
-requests of one that exits (each process prefixes its rids with its pid: handlers/live.py). Each
-serves its own system port when the engine process has one (a free port; Dynamo's model card is served from it).
+requests of one that exits (each process prefixes its rids with its pid: handlers/core/live.py).
+Each serves its own system port when the engine process has one (a free port; Dynamo's model card is served from it).
 """
 
 from __future__ import annotations

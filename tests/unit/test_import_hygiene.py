@@ -15,7 +15,7 @@ FORBIDDEN = ("dynamo", "sglang", "torch", "transformers", "tokenizers", "nixl")
 PROBE = """
 import json, sys
 import protocol, handlers
-import handlers.decode, handlers.prefill, handlers.preprocess, handlers.sampling
+import handlers.decode, handlers.prefill, handlers.text.preprocess, handlers.core.sampling
 import protocol.chat, protocol.disagg, protocol.outputs, protocol.preprocessed
 roots = sorted({m.split('.')[0] for m in sys.modules})
 print(json.dumps({"roots": roots, "files": [protocol.__file__, handlers.__file__]}))

@@ -5,7 +5,7 @@ rids that only closing the stream aborts."""
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from tests.support.handler_fakes import FakeContext, collect
 from tests.support.sglang_fake import SGLangLikeEngine
 

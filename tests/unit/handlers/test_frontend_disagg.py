@@ -17,7 +17,7 @@ from components.worker.handler_factory import health_check_payload
 from handlers import (
     FAKE_BOOTSTRAP_HOST, DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler,
 )
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(10)

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import EngineError, PrefillError, PrefillUnavailable, RequestError
+from handlers.core.errors import EngineError, PrefillError, PrefillUnavailable, RequestError
 from tests.support.handler_fakes import (
     BOOT,
     FakeContext,

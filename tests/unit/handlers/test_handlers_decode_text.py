@@ -4,7 +4,7 @@ Preprocessor, a fake engine; chat chunks out, ids (never messages) to the prefil
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from tests.support.handler_fakes import BOOT, FakeContext, FakeEngine, FakePrefillClient, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)

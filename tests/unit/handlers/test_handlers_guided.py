@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from handlers.errors import RequestError
-from handlers.guided import guided_decoding_params, text_guided_params
+from handlers.core.errors import RequestError
+from handlers.core.guided import guided_decoding_params, text_guided_params
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 

@@ -4,8 +4,8 @@
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import RequestError
-from handlers.logprobs import ChatLogprobs
+from handlers.core.errors import RequestError
+from handlers.core.logprobs import ChatLogprobs
 from tests.support.handler_fakes import BOOT, FakeContext, FakeEngine, FakePrefillClient, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)

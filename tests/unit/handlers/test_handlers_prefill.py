@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from handlers import FAKE_BOOTSTRAP_HOST, PrefillConfig, PrefillHandler, prefill_health_payload
-from handlers.errors import EngineError, RequestError
+from handlers.core.errors import EngineError, RequestError
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect, wait_until
 
 pytestmark = pytest.mark.timeout(10)

@@ -6,8 +6,8 @@ Dynamo's `engine_data.prompt_logprobs` on the last delta; SGLang's `matched` -> 
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import RequestError
-from handlers.frontend_disagg import prefill_leg
+from handlers.core.errors import RequestError
+from handlers.disagg.frontend_disagg import prefill_leg
 from tests.support.handler_fakes import BOOT, FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)

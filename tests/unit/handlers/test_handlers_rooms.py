@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from tests.support.handler_fakes import (
     FakeContext, FakeEngine, FakePrefillClient, chunk, collect, wait_until,
 )

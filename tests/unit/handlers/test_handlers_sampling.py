@@ -2,8 +2,8 @@
 
 import pytest
 
-from handlers.errors import RequestError
-from handlers.sampling import completion_budget, text_sampling_params, tokens_sampling_params
+from handlers.core.errors import RequestError
+from handlers.core.sampling import completion_budget, text_sampling_params, tokens_sampling_params
 from protocol import ChatCompletionRequest, PreprocessedRequest, parse
 
 pytestmark = pytest.mark.timeout(10)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from handlers.chat_stream import ChatStream
-from handlers.errors import EngineError, EngineUnavailable, RequestError
-from handlers.finish import map_finish_reason
-from handlers.token_stream import TokenStream
+from handlers.text.chat_stream import ChatStream
+from handlers.core.errors import EngineError, EngineUnavailable, RequestError
+from handlers.core.finish import map_finish_reason
+from handlers.core.token_stream import TokenStream
 from tests.support.handler_fakes import ABORT, chunk
 
 pytestmark = pytest.mark.timeout(10)

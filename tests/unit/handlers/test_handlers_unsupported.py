@@ -4,7 +4,7 @@ when it is present with a non-default value (the engine is never called)."""
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from tests.support.handler_fakes import FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)

@@ -12,8 +12,8 @@ import time
 import pytest
 from transformers import AutoTokenizer
 
-from handlers.errors import RequestError
-from handlers.preprocess import PreprocessConfig, Preprocessor, encode_chat
+from handlers.core.errors import RequestError
+from handlers.text.preprocess import PreprocessConfig, Preprocessor, encode_chat
 from tests.support.handler_fakes import wait_until
 
 pytestmark = pytest.mark.timeout(60)

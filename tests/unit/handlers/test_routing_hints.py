@@ -5,9 +5,9 @@ decode, the prefill's rank (`disagg_prefill_dp_rank`); a malformed one is the cl
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from handlers.prefill import PrefillConfig, PrefillHandler
-from handlers.routing import DP_RANK_UNSET
+from handlers.core.routing import DP_RANK_UNSET
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(10)
@@ -93,7 +93,7 @@ async def test_a_malformed_rank_is_a_request_error(routing, needle):
 
 
 def test_a_disaggregated_decode_takes_the_prefills_rank():
-    from handlers.routing import routing_kwargs
+    from handlers.core.routing import routing_kwargs
 
     assert routing_kwargs({"dp_rank": 0, "prefill_dp_rank": 2}, decode=True) == {
         "routed_dp_rank": 0, "disagg_prefill_dp_rank": 2}

@@ -10,9 +10,9 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from handlers import DecodeConfig, DecodeHandler, PreprocessConfig, Preprocessor
-from handlers.errors import RequestError
-from handlers.render_budget import RenderTimeout, within_budget
-from handlers.template_kwargs import MAX_KWARGS_BYTES, RESERVED_KEYS
+from handlers.core.errors import RequestError
+from handlers.text.render_budget import RenderTimeout, within_budget
+from handlers.text.template_kwargs import MAX_KWARGS_BYTES, RESERVED_KEYS
 from tests.support.handler_fakes import FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)

@@ -6,10 +6,10 @@ from typing import Any, Optional
 
 import pytest
 
-from handlers.chat_outputs import ChoiceOutputs
-from handlers.chat_stream import ChatStream
-from handlers.errors import RequestError
-from handlers.tool_calls import Parsed, ToolCallDelta, add_constraint, plan_output
+from handlers.text.chat_outputs import ChoiceOutputs
+from handlers.text.chat_stream import ChatStream
+from handlers.core.errors import RequestError
+from handlers.text.tool_calls import Parsed, ToolCallDelta, add_constraint, plan_output
 from protocol.chat import ChatCompletionRequest
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}

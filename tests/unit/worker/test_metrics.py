@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.worker.metrics import PREFIX, WorkerMetrics
-from handlers.errors import PrefillUnavailable, RequestError
+from handlers.core.errors import PrefillUnavailable, RequestError
 
 
 class FakeEngine:

@@ -11,7 +11,7 @@ from dynamo.llm.exceptions import HttpError, InvalidArgument
 
 from components.worker.backoff import Backoff
 from components.worker.runtime import RuntimePrefillClient, translate_errors
-from handlers.errors import EngineUnavailable, PrefillUnavailable, RequestError
+from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 pytestmark = pytest.mark.timeout(10)
 

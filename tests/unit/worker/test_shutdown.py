@@ -19,8 +19,8 @@ from components.worker.shutdown import (
 )
 from components.worker.tokenizer_workers import TokenizerWorkers
 from handlers import DecodeHandler, PrefillHandler
-from handlers.errors import EngineUnavailable
-from handlers.live import LiveRequests, rid_prefix
+from handlers.core.errors import EngineUnavailable
+from handlers.core.live import LiveRequests, rid_prefix
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect, wait_until
 from tests.unit.handlers.test_handlers_decode import AGG, REQUEST
 from tests.unit.handlers.test_handlers_rooms import CONFIG as PREFILL_CONFIG

@@ -8,8 +8,8 @@ max_new_tokens > context_len the same way).
 
 from typing import Any, Optional
 
-from handlers.errors import RequestError
-from handlers.guided import guided_decoding_params, text_guided_params
+from handlers.core.errors import RequestError
+from handlers.core.guided import guided_decoding_params, text_guided_params
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest, SamplingOptions
 

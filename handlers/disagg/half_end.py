@@ -5,9 +5,9 @@ once instead of holding KV for nobody."""
 
 from typing import Any, Optional
 
-from handlers.base import RoomClaim, RoomClaims
-from handlers.errors import RequestError
-from handlers.frontend_disagg import request_bootstrap
+from handlers.core.base import RoomClaim, RoomClaims
+from handlers.core.errors import RequestError
+from handlers.disagg.frontend_disagg import request_bootstrap
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 
 

@@ -4,7 +4,7 @@
 The engine streams incrementally (disjoint `output_ids`), so each chunk is passed through as
 is: O(1) work per chunk, nothing cumulative kept. The final chunk's tokens are delivered with
 its finish reason (the old Dynamo handler dropped them: max_tokens=1 returned nothing). Logprobs,
-when asked for, ride with their tokens (handlers/logprobs.py). The last delta also carries
+when asked for, ride with their tokens (handlers/core/logprobs.py). The last delta also carries
 SGLang's matched stop as Dynamo's `stop_reason` and, when asked for, the prompt logprobs in
 `engine_data.prompt_logprobs`, as Dynamo's SGLang worker yields them; the 1.6.1 frontend shows
 both only under `nvext` when the client names them in `nvext.extra_fields` (it has no
@@ -13,9 +13,9 @@ both only under `nvext` when the client names them in `nvext.extra_fields` (it h
 
 from typing import Any, Optional
 
-from handlers.errors import EngineError
-from handlers.finish import map_finish_reason, matched_stop, usage_from_meta
-from handlers.logprobs import prompt_logprobs_payload, tokens_fields
+from handlers.core.errors import EngineError
+from handlers.core.finish import map_finish_reason, matched_stop, usage_from_meta
+from handlers.core.logprobs import prompt_logprobs_payload, tokens_fields
 from protocol.preprocessed import OutputOptions
 from protocol.outputs import TokenDelta, to_wire
 

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Optional
 
 from jinja2 import TemplateError
 
-from handlers.errors import RequestError
-from handlers.render_budget import RenderTimeout, within_budget
+from handlers.core.errors import RequestError
+from handlers.text.render_budget import RenderTimeout, within_budget
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any, Optional
 
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 
 # OpenAI's json_object: a JSON object, as the frontend and SGLang's OpenAI server map it.
 JSON_OBJECT_SCHEMA = {"type": "object"}

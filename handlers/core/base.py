@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, Optional, Protocol
 
-from handlers.live import LiveRequests
+from handlers.core.live import LiveRequests
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ still holds back, such as part of a multi-byte character, waits for the next chu
 import time
 from typing import Any, Optional
 
-from handlers.chat_outputs import ChoiceOutputs
-from handlers.finish import map_finish_reason, matched_stop, usage_from_meta
-from handlers.logprobs import ChatLogprobs
+from handlers.text.chat_outputs import ChoiceOutputs
+from handlers.core.finish import map_finish_reason, matched_stop, usage_from_meta
+from handlers.core.logprobs import ChatLogprobs
 from protocol.outputs import (
     CHUNK_OBJECT,
     ChatChoice,
@@ -42,7 +42,7 @@ class ChatStream:
         self._usage: dict[int, CompletionUsage] = {}
         self._logprobs = logprobs
         self._held: dict[int, list[ChatTokenLogprob]] = {}  # logprobs of text not sent yet
-        self._outputs = outputs  # tool-call / reasoning parsing (handlers/chat_outputs.py)
+        self._outputs = outputs  # tool-call / reasoning parsing (handlers/text/chat_outputs.py)
         # `nvext.extra_fields` names "stop_reason": a choice's last chunk carries SGLang's
         # matched stop as `nvext.stop_reason`, as the frontend shows it in Tokens mode.
         self._stop_reason = stop_reason

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 
 DP_RANK_UNSET = 2**32 - 1  # the router's u32::MAX
 

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Optional
 
-from handlers.base import Context, PrefillClient
-from handlers.errors import HandlerError, PrefillError, PrefillUnavailable, RequestError
-from handlers.guard import END, RequestGuard, Stopped, aclose, next_item
+from handlers.core.base import Context, PrefillClient
+from handlers.core.errors import HandlerError, PrefillError, PrefillUnavailable, RequestError
+from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from protocol.bootstrap import BootstrapInfo
 from protocol.preprocessed import PreprocessedRequest
 from protocol.validation import ProtocolError, parse

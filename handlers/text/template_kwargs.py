@@ -11,7 +11,7 @@ refused with a 400 naming them; the variables the model's own template reads (e.
 import json
 from typing import Any
 
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 
 # The parameters of transformers 5.24's PreTrainedTokenizerBase.apply_chat_template (a test
 # checks this list against the installed signature), plus the legacy `chat_template_kwargs`

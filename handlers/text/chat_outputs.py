@@ -1,5 +1,5 @@
 """Text mode: a choice's generated text -> OpenAI delta fields, through the request's parsers
-(handlers/tool_calls.py).
+(handlers/text/tool_calls.py).
 
 Streaming, each engine chunk's text is fed as it comes and whatever the parsers release goes
 out at once (`reasoning_content`, `content`, `tool_calls` deltas: a call's first delta carries
@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Optional
 
-from handlers.tool_calls import OutputParse, Parsed
+from handlers.text.tool_calls import OutputParse, Parsed
 from protocol.outputs import ChatFunctionDelta, ChatToolCallDelta
 
 

@@ -3,16 +3,16 @@ than a 200 that silently ignored it (a client asking for JSON must not get prose
 
 Only a field present with a non-default value is refused (`echo: false`, `tools: []` are
 fine). In Tokens mode the 1.6.1 frontend turns `prompt_logprobs` (and completions' `echo`)
-into `output_options.prompt_logprobs`, served in aggregated mode (`handlers/logprobs.py`), and
+into `output_options.prompt_logprobs`, served in aggregated mode (`handlers/core/logprobs.py`), and
 image/audio/video content parts into `multi_modal_data`; it drops `logit_bias` and handles
 `tools` itself, so those never reach a Tokens-mode worker. Structured output
 (`response_format`, `guided_*`, `sampling_options.guided_decoding`) is implemented in
-`handlers/guided.py`, logprobs in `handlers/logprobs.py`.
+`handlers/core/guided.py`, logprobs in `handlers/core/logprobs.py`.
 """
 
 from typing import Any, Callable, Optional
 
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from protocol.chat import ChatCompletionRequest
 from protocol.preprocessed import PreprocessedRequest
 
@@ -35,7 +35,7 @@ def _modalities(value: Any) -> bool:
 
 # OpenAI body field -> (is it set to something we would have to honour?, what it asks for)
 _TEXT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    # `tools` and `tool_choice` are served (handlers/tool_calls.py); the legacy names are not.
+    # `tools` and `tool_choice` are served (handlers/text/tool_calls.py); the legacy names are not.
     "functions": (_set, "legacy function calling; use tools"),
     "function_call": (_tool_choice, "legacy function calling; use tool_choice"),
     "structured_outputs": (_set, "structured output"),

@@ -4,7 +4,7 @@ content_filter, cancelled), or an error when the engine aborted with a status.""
 import logging
 from typing import Any, Optional, Union
 
-from handlers.errors import EngineError, EngineUnavailable, RequestError
+from handlers.core.errors import EngineError, EngineUnavailable, RequestError
 from protocol.outputs import CompletionUsage, PromptTokensDetails
 
 logger = logging.getLogger(__name__)

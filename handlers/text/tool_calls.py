@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from protocol.chat import ChatCompletionRequest
 from protocol.tools import tool_choice_name
 
-# SGLang's sampling params that constrain the output (handlers/guided.py sets them).
+# SGLang's sampling params that constrain the output (handlers/core/guided.py sets them).
 CONSTRAINT_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Optional
 
-from handlers.errors import RequestError
+from handlers.core.errors import RequestError
 from protocol.chat import ChatCompletionRequest
 from protocol.limits import MAX_TOP_LOGPROBS
 from protocol.outputs import ChatTokenLogprob, ChatTopLogprob, ChoiceLogprobs, TopLogprob

@@ -11,9 +11,9 @@ The frontend's prefill router picks a prefill and a decode worker and sends both
 
 from typing import Any, Optional
 
-from handlers.errors import RequestError
-from handlers.sampling import tokens_sampling_params
-from handlers.unsupported import check_tokens_request
+from handlers.core.errors import RequestError
+from handlers.core.sampling import tokens_sampling_params
+from handlers.core.unsupported import check_tokens_request
 from protocol.bootstrap import BootstrapInfo
 from protocol.disagg import PrefillDone
 from protocol.preprocessed import OutputOptions, PreprocessedRequest

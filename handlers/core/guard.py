@@ -7,8 +7,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Optional, TypeVar
 
-from handlers.base import Context, Engine
-from handlers.live import LiveRequests
+from handlers.core.base import Context, Engine
+from handlers.core.live import LiveRequests
 
 logger = logging.getLogger(__name__)
 
