@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from components.worker.config import WorkerConfig
+from components.worker.flags.config import WorkerConfig
 from components.worker.hosts import advertised_host
 from components.worker.metrics import WorkerMetrics
 from handlers import (

@@ -22,8 +22,8 @@ import uvloop
 from dynamo.common.utils.graceful_shutdown import get_grace_period_seconds
 from dynamo.runtime import DistributedRuntime
 
-from components.worker.config import WorkerConfig, parse_args
-from components.worker.config_dump import dump_worker_config
+from components.worker.flags.config import WorkerConfig, parse_args
+from components.worker.flags.config_dump import dump_worker_config
 from components.worker.debug_routes import register_debug_routes
 from components.worker.follower import follow
 from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload

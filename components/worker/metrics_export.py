@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from dynamo.common.utils.prometheus import register_engine_metrics_callback
 
 from components.worker.component_gauges import ComponentGauges
-from components.worker.config import WorkerConfig
+from components.worker.flags.config import WorkerConfig
 from components.worker.metrics import WorkerMetrics
 from components.worker.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
                                               SglangRequestHistograms, engine_type,

@@ -31,7 +31,7 @@ from dynamo.llm import (
 
 from components.backends.limits import EngineLimits
 from components.backends.node import WORKER_GROUP_ID_KEY
-from components.worker.config import WorkerConfig
+from components.worker.flags.config import WorkerConfig
 from components.worker.role import WorkerRole
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from components.worker.config import WorkerConfig
+from components.worker.flags.config import WorkerConfig
 from components.worker.runtime import RuntimePrefillClient
 from components.worker.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.backends.sglang import SglangBackend
-from components.worker.config import build_parser
+from components.worker.flags.config import build_parser
 from harness import topology
 from harness.topology import SGLANG_CPU_PATH, Stack
 from tests.gpu import cuda, stacks

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from components.worker.config import WorkerConfig
+from components.worker.flags.config import WorkerConfig
 from components.worker.hosts import advertised_host
 from components.worker.rooms.claims import RoomClaims
 from components.worker.rooms.directory import RoomDirectory, room_watch_answer, room_watch_endpoint

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components.backends import select as backend_select
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from components.backends.sglang import SglangBackend, dp_layout, local_dp_ranks
-from components.worker.config import build_parser
+from components.worker.flags.config import build_parser
 
 pytestmark = pytest.mark.timeout(60)
 

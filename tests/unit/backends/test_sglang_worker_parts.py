@@ -14,7 +14,7 @@ import pytest
 
 from components.backends import select as backend_select
 from components.backends.sglang import SglangBackend
-from components.worker.config import build_parser, parse_args
+from components.worker.flags.config import build_parser, parse_args
 from components.worker.role import Orchestrator, WorkerMode, WorkerRole
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,7 @@ from dynamo.llm import ModelInput, ModelType, WorkerType
 
 from components.backends import select as backend_select
 from components.worker import register
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.backends.limits import EngineLimits
 from components.worker.handler_factory import health_check_payload
 from handlers import (

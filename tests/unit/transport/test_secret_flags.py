@@ -3,7 +3,7 @@ and is never shown."""
 
 from __future__ import annotations
 
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.backends.cpu_flags import SIDE_CHANNEL_SECRET_ENV
 from components.engine.config import EngineConfig
 

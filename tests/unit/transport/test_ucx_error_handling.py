@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.backends.cpu_flags import UCX_ERROR_HANDLING_ENV
 from components.engine.config import EngineConfig
 from components.engine.kv.pool import KVPool

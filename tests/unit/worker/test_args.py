@@ -3,7 +3,7 @@
 import pytest
 
 from components.backends import select as backend_select
-from components.worker.config import WorkerMode, parse_args, parse_endpoint
+from components.worker.flags.config import WorkerMode, parse_args, parse_endpoint
 from components.engine.config import EngineConfig
 
 pytestmark = pytest.mark.timeout(30)

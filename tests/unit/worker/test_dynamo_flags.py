@@ -17,9 +17,9 @@ from components.backends import select as backend_select
 from components.backends.limits import EngineLimits
 from components.backends.sglang import SglangBackend
 from components.worker import kv_events, register
-from components.worker.config import build_parser, parse_args
-from components.worker.config_dump import dump_worker_config
-from components.worker.dynamo_flag_table import HANDLED_ELSEWHERE
+from components.worker.flags.config import build_parser, parse_args
+from components.worker.flags.config_dump import dump_worker_config
+from components.worker.flags.dynamo_flag_table import HANDLED_ELSEWHERE
 
 pytestmark = pytest.mark.timeout(120)
 

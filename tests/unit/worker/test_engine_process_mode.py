@@ -12,7 +12,7 @@ import pytest
 
 from components.backends import cpu_flags
 from components.backends.cpu import CpuBackend
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.worker.shutdown import StopSignals, watch_engine_process
 from tests.support.handler_fakes import wait_until
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from components.backends import select as backend_select
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.worker.hosts import bind_address, free_port_in, free_system_port
 
 pytestmark = pytest.mark.timeout(30)

@@ -185,7 +185,7 @@ def test_the_local_dp_ranks_follow_dynamo_1_6_1(args, ranks):
 def test_aggregated_and_routed_prefill_workers_publish_and_the_engine_never_sees_the_flag(
         monkeypatch, mode, orchestrator, publishes):
     from components.backends import select as backend_select
-    from components.worker.config import parse_args
+    from components.worker.flags.config import parse_args
     from components.worker.main import publishes_kv_events
 
     monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
@@ -216,7 +216,7 @@ def test_an_sglang_config_without_endpoint_is_refused_at_parse_time(monkeypatch,
     """Before the model load (Dynamo 1.6.1 refuses it only after), on a role that relays; the
     CPU engine reports its events in-process and needs no endpoint."""
     from components.backends import select as backend_select
-    from components.worker.config import parse_args
+    from components.worker.flags.config import parse_args
 
     monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from components.backends import select as backend_select
-from components.worker.config import WorkerMode, parse_args
+from components.worker.flags.config import WorkerMode, parse_args
 from tests.unit.worker.test_launch_flags import LAUNCH, dry_run, worker_args
 
 pytestmark = pytest.mark.timeout(60)

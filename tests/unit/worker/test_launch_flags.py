@@ -12,7 +12,7 @@ import pytest
 
 from components.backends import select as backend_select
 from components.backends.sglang import SglangBackend
-from components.worker.config import build_parser, parse_args
+from components.worker.flags.config import build_parser, parse_args
 from components.engine.config import EngineConfig
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ import pytest
 
 from components.backends import select as backend_select
 from components.backends.sglang import SglangBackend
-from components.worker.config import build_parser
+from components.worker.flags.config import build_parser
 from tests.unit.worker.test_launch_flags import LAUNCH, with_model, worker_args
 
 pytestmark = pytest.mark.timeout(120)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from components.worker import startup
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("cpu_machine")]
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.worker.rooms.wiring import start_room_watch
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("cpu_machine")]

@@ -11,7 +11,7 @@ import pytest
 
 from components.backends import select as backend_select
 from components.engine.config import EngineConfig
-from components.worker.config import WorkerMode, parse_args
+from components.worker.flags.config import WorkerMode, parse_args
 from tests.unit.worker.test_launch_flags import LAUNCH, with_model, worker_args
 
 pytestmark = pytest.mark.timeout(120)

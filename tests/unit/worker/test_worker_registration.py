@@ -8,7 +8,7 @@ import pytest
 
 from components.backends import select as backend_select
 from components.worker import main as worker, register
-from components.worker.config import parse_args
+from components.worker.flags.config import parse_args
 from components.backends.limits import EngineLimits
 from components.worker.register import RegistrationError, register_served_model
 

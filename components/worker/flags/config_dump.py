@@ -9,7 +9,7 @@ from typing import Any
 
 from dynamo.common.config_dump import dump_config, register_encoder
 
-from components.worker.config import WorkerConfig
+from components.worker.flags.config import WorkerConfig
 
 
 @register_encoder(WorkerConfig)

@@ -21,11 +21,11 @@ from typing import Any
 from components.backends.base import EngineBackend
 from components.backends.node import EngineNode
 from components.backends.select import ENGINE_CHOICES, select_backend
-from components.worker import disagg_config, dynamo_flags
-from components.worker.dynamo_flags import LaunchArgs
+from components.worker.flags import disagg_config, dynamo_flags
+from components.worker.flags.dynamo_flags import LaunchArgs
 from components.worker.hosts import bind_address, is_wildcard
 from components.worker.kv_events import check_kv_events_config
-from components.worker.parser_flags import ParserFlags, add_parser_flags, parser_flags
+from components.worker.flags.parser_flags import ParserFlags, add_parser_flags, parser_flags
 from components.worker.role import Orchestrator, WorkerMode, WorkerRole
 from handlers.decode import DecodeConfig
 

@@ -21,7 +21,7 @@ from dynamo.common.configuration.groups.router_args import (
 )
 from dynamo.common.configuration.utils import split_served_model_names
 
-from components.worker.dynamo_flag_table import (
+from components.worker.flags.dynamo_flag_table import (
     DEFAULT_ENDPOINT_TYPES,
     ENV_FLAGS,
     ENV_SWITCHES,
