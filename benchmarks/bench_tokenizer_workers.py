@@ -7,9 +7,9 @@ side in one run, each behind its own frontend:
                between their tokens while the long chat is in the worker. With 2 processes
                the frontend sends some of the short streams to the process that is not busy;
   loop lag   - over the same window, each worker process's own event-loop lag histogram
-               (`/metrics`, components/worker/loop_lag.py): a bound on its largest lag, for the process
-               that tokenized the long chat and for the other one, and the largest lag of an
-               idle asyncio loop in a process of its own (`benchmarks/lag_probe.py`): what the
+               (`/metrics`, components/worker/metrics/loop_lag.py): a bound on its largest lag, for
+               the process that tokenized the long chat and for the other one, and the largest lag
+               of an idle asyncio loop in a process of its own (`benchmarks/lag_probe.py`): what the
                2 loaded cores give any event loop, the floor under the workers' figures; and
                the workers' largest lag over 0.3 s with the short streams alone, just before.
 

@@ -1,5 +1,5 @@
 """A process that does nothing but run an asyncio loop with the worker's loop-lag sampler
-(components/worker/loop_lag.py), always sampling: what the operating system alone gives an idle event loop while the
+(components/worker/metrics/loop_lag.py), always sampling: what the operating system alone gives an idle event loop while the
 machine is loaded. A benchmark starts it, writes `mark` lines to its stdin and reads back, for
 each, the largest lag (ms) since the previous mark.
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 
-from components.worker.loop_lag import LoopLagMonitor
+from components.worker.metrics.loop_lag import LoopLagMonitor
 
 
 class LagProbe:

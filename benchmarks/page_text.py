@@ -231,7 +231,7 @@ seconds (12 in `make bench`; the run's own is `window_s` in `idle_cpu.json`).
 `sglang` and `dynamo-sglang` have SGLang's scheduler and detokenizer processes as children (on
 SGLang's CPU path its scheduler polls while idle); `floor` is the Python worker that only streams
 (its shared step clock keeps ticking while idle). The worker samples its loop lag only while
-requests are in flight (`components/worker/loop_lag.py`).
+requests are in flight (`components/worker/metrics/loop_lag.py`).
 """
 
 SECTIONS = [

@@ -1,5 +1,6 @@
-"""A worker process's own Prometheus page (`/metrics` on its system port, components/worker/metrics.py),
-and the attached processes of `--tokenizer-worker-num N`, each serving its own system port."""
+"""A worker process's own Prometheus page (`/metrics` on its system port,
+components/worker/metrics/worker_metrics.py), and the attached processes of `--tokenizer-worker-num
+N`, each serving its own system port."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One DP rank's KV cache as Dynamo's standard component gauges report it
 (`dynamo_component_total_blocks`, `_gpu_cache_usage_percent`, `_kv_cache_hit_rate`;
-components/worker/component_gauges.py), read from whichever engine runs."""
+components/worker/metrics/component_gauges.py), read from whichever engine runs."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from components.worker.flags.config import WorkerConfig
 from components.worker.hosts import advertised_host
-from components.worker.metrics import WorkerMetrics
+from components.worker.metrics.worker_metrics import WorkerMetrics
 from handlers import (
     DecodeConfig,
     FAKE_BOOTSTRAP_HOST,

@@ -24,13 +24,13 @@ from dynamo.runtime import DistributedRuntime
 
 from components.worker.flags.config import WorkerConfig, parse_args
 from components.worker.flags.config_dump import dump_worker_config
-from components.worker.debug_routes import register_debug_routes
+from components.worker.metrics.debug_routes import register_debug_routes
 from components.worker.follower import follow
 from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.worker.hosts import is_wildcard
-from components.worker.kv_events import KvPublishing, kv_events_enabled, role_publishes
-from components.worker.metrics import WorkerMetrics
-from components.worker.metrics_export import expose_metrics
+from components.worker.metrics.kv_events import KvPublishing, kv_events_enabled, role_publishes
+from components.worker.metrics.worker_metrics import WorkerMetrics
+from components.worker.metrics.metrics_export import expose_metrics
 from components.worker.register import (local_indexer, register_served_model,
                                         unregister_served_model)
 from components.worker.rooms.wiring import room_claims, start_room_watch
@@ -65,7 +65,8 @@ def bind_runtime_to_host(host: str) -> None:
 
 def publishes_kv_events(config: WorkerConfig) -> bool:
     """With --kv-events-config, the workers a KV router reads: aggregated ones and
-    frontend-orchestrated prefill ones (components/worker/kv_events.py, `role_publishes`)."""
+    frontend-orchestrated prefill ones (components/worker/metrics/kv_events.py,
+    `role_publishes`)."""
     enabled = kv_events_enabled(config.kv_events_config) and role_publishes(config.role)
     # With --tokenizer-worker-num the engine process publishes for its engine; the attached
     # processes have no engine of their own to listen to.
@@ -90,7 +91,7 @@ class Worker:
 
     def expose_metrics(self, load_seconds: float | None = None) -> None:
         """The worker's metrics on the system port's /metrics, with Dynamo's labels
-        (components/worker/metrics_export.py)."""
+        (components/worker/metrics/metrics_export.py)."""
         expose_metrics(self.endpoint, self.config, self.engine, self.metrics, load_seconds)
 
     async def serve(self, handler: Any) -> None:

@@ -129,8 +129,8 @@ def model_kind(skip_tokenizer_init: bool, prefill: bool = False) -> tuple[Any, A
 async def register_served_model(endpoint: Any, config: WorkerConfig, limits: EngineLimits,
                                 bootstrap: Optional[tuple[str, int]] = None,
                                 kv_events: bool = False) -> None:
-    """`kv_events`: the worker publishes KV events (components/worker/kv_events.py), so the KV
-    router may score it by cached blocks."""
+    """`kv_events`: the worker publishes KV events (components/worker/metrics/kv_events.py), so the
+    KV router may score it by cached blocks."""
     role = registration_for(config.role)
     if role is None:
         return

@@ -1,8 +1,8 @@
-"""The workers' Prometheus metrics (`components/worker/metrics.py`) on the real standard topology,
-scraped from each worker's system port (`/metrics` on DYN_SYSTEM_PORT) before, during and after
-a burst of disaggregated requests: the counts match what was sent, the KV pages in use rise
-during the load and come back to 0 (free = total) after, and the prefill counts one KV WRITE
-per request. Also SGLang's `sglang:*` names and Dynamo's standard engine gauges, as Dynamo
+"""The workers' Prometheus metrics (`components/worker/metrics/worker_metrics.py`) on the real
+standard topology, scraped from each worker's system port (`/metrics` on DYN_SYSTEM_PORT) before,
+during and after a burst of disaggregated requests: the counts match what was sent, the KV pages in
+use rise during the load and come back to 0 (free = total) after, and the prefill counts one KV
+WRITE per request. Also SGLang's `sglang:*` names and Dynamo's standard engine gauges, as Dynamo
 1.6.1's SGLang worker shows them, on every CPU-engine worker (SGLang's own: the last test of
 tests/e2e/test_e2e_sglang_queue.py)."""
 

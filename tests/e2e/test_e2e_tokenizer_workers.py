@@ -77,7 +77,8 @@ def body(model: str, content: str, **extra) -> dict:
 
 
 def served(port: int) -> float:
-    """Successful requests a process answered: its own `/metrics` (components/worker/metrics.py)."""
+    """Successful requests a process answered: its own `/metrics`
+    (components/worker/metrics/worker_metrics.py)."""
     return scrape(port)[(PREFIX + "requests_total", "success")]
 
 

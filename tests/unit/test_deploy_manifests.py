@@ -21,7 +21,7 @@ from jsonschema import Draft4Validator
 from components.backends import select as backend_select
 from components.worker.flags.config import WorkerConfig, parse_args
 from components.worker.hosts import is_wildcard
-from components.worker.kv_events import kv_events_enabled, role_publishes
+from components.worker.metrics.kv_events import kv_events_enabled, role_publishes
 from tests.support.crd_schema import load_crd, version_schema
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The CPU engine's read-outs: the facts the worker registers and the gauges and counters it
-reads at scrape time (`components/worker/metrics.py`), apart from the request path. Each is a
-read of state the engine thread keeps, taken under the engine's lock where it is a set."""
+reads at scrape time (`components/worker/metrics/worker_metrics.py`), apart from the request path.
+Each is a read of state the engine thread keeps, taken under the engine's lock where it is a set."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Per-engine request totals: what SGLang's tokenizer counts into `sglang:prompt_tokens_total`,
 `sglang:generation_tokens_total`, `sglang:cached_tokens_total` and
 `sglang:num_requests_total`, counted here when a request's final chunk leaves the engine thread
-and read by the worker's metrics at scrape time (components/worker/sglang_metrics.py)."""
+and read by the worker's metrics at scrape time (components/worker/metrics/sglang_metrics.py)."""
 
 from __future__ import annotations
 

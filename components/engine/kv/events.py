@@ -2,9 +2,9 @@
 
 SGLang publishes the same facts from its scheduler (`--kv-events-config`: BlockStored /
 BlockRemoved over ZMQ; KV usage through its metrics socket). The CPU engine calls a listener
-instead, on its engine thread, and the worker (`components/worker/kv_events.py`) hands the calls to
-Dynamo's `KvEventPublisher` and `WorkerMetricsPublisher`. A block is one KV page (page size =
-block size); its hash chains the hashes of every block before it, so a block is named by its
+instead, on its engine thread, and the worker (`components/worker/metrics/kv_events.py`) hands the
+calls to Dynamo's `KvEventPublisher` and `WorkerMetricsPublisher`. A block is one KV page (page size
+= block size); its hash chains the hashes of every block before it, so a block is named by its
 whole prefix, as in Dynamo's router. The router hashes the tokens of a stored block itself;
 the engine's hashes only name blocks (parent links, removals).
 """

@@ -24,7 +24,7 @@ from components.backends.select import ENGINE_CHOICES, select_backend
 from components.worker.flags import disagg_config, dynamo_flags
 from components.worker.flags.dynamo_flags import LaunchArgs
 from components.worker.hosts import bind_address, is_wildcard
-from components.worker.kv_events import check_kv_events_config
+from components.worker.metrics.kv_events import check_kv_events_config
 from components.worker.flags.parser_flags import ParserFlags, add_parser_flags, parser_flags
 from components.worker.role import Orchestrator, WorkerMode, WorkerRole
 from handlers.decode import DecodeConfig
@@ -69,7 +69,7 @@ class WorkerConfig:
     # What `backend.build` takes: the CPU engine's read-only EngineConfig kwargs, or SGLang's
     # resolved ServerArgs.
     engine_args: Any
-    # SGLang's --kv-events-config (JSON); components/worker/kv_events.py reads it.
+    # SGLang's --kv-events-config (JSON); components/worker/metrics/kv_events.py reads it.
     kv_events_config: str | None = None
     # After SIGTERM and the grace period: seconds in-flight requests get before they are ended
     # (Dynamo 1.6.1 bounds its drain at 30 s too).

@@ -12,7 +12,8 @@ import torch
 from components.engine.api.engine import CpuEngine
 from components.engine.kv.pool import KVPool
 from components.engine.kv.prefix_cache import PrefixCache
-from components.worker.kv_events import EngineKvRelay, kv_events_enabled, sglang_zmq_endpoints
+from components.worker.metrics.kv_events import (EngineKvRelay, kv_events_enabled,
+                                                 sglang_zmq_endpoints)
 from tests.support.engine_helpers import random_prompt
 
 PAGE = 4

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from components.backends.sglang import SglangBackend
-from components.worker.load_relay import LoadRelay
+from components.worker.metrics.load_relay import LoadRelay
 
 load_snapshot = pytest.importorskip("sglang.srt.managers.load_snapshot")
 

@@ -1,10 +1,10 @@
-"""`components/worker/loop_lag.py`: no timer while idle; with a request in flight, a loop held by
-a blocking call shows up as lag; the last request's end and `stop` end the sampling."""
+"""`components/worker/metrics/loop_lag.py`: no timer while idle; with a request in flight, a loop
+held by a blocking call shows up as lag; the last request's end and `stop` end the sampling."""
 
 import asyncio
 import time
 
-from components.worker.loop_lag import LoopLagMonitor
+from components.worker.metrics.loop_lag import LoopLagMonitor
 
 PERIOD_S = 0.002
 

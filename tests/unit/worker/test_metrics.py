@@ -1,5 +1,5 @@
-"""`components/worker/metrics.py` without a runtime: outcomes, latencies and the engine read-outs, as
-`prometheus_client` renders them."""
+"""`components/worker/metrics/worker_metrics.py` without a runtime: outcomes, latencies and the
+engine read-outs, as `prometheus_client` renders them."""
 
 import asyncio
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.worker.metrics import PREFIX, WorkerMetrics
+from components.worker.metrics.worker_metrics import PREFIX, WorkerMetrics
 from handlers.core.errors import PrefillUnavailable, RequestError
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from components.backends import select as backend_select
 from components.backends.node import WORKER_GROUP_ID_KEY
-from components.worker import follower, kv_events
+from components.worker import follower
+from components.worker.metrics import kv_events
 from components.worker.flags.config import parse_args
 
 pytestmark = pytest.mark.timeout(60)

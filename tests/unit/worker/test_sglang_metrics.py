@@ -1,6 +1,6 @@
 """SGLang's `sglang:*` names and Dynamo's standard engine gauges without a runtime
-(components/worker/sglang_metrics.py, component_gauges.py): names, types and labels as SGLang
-0.5.23 and Dynamo 1.6.1 declare them, values from a fake engine read-out, and SGLang's
+(components/worker/metrics/sglang_metrics.py, component_gauges.py): names, types and labels as
+SGLang 0.5.23 and Dynamo 1.6.1 declare them, values from a fake engine read-out, and SGLang's
 multiprocess directory passed through."""
 
 import asyncio
@@ -19,9 +19,9 @@ from components.backends.cpu import CpuBackend
 from components.backends.load import KvLoad
 from components.backends.sglang import SglangBackend
 from components.engine.api.totals import Totals
-from components.worker.component_gauges import ComponentGauges
-from components.worker.metrics import WorkerMetrics
-from components.worker.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
+from components.worker.metrics.component_gauges import ComponentGauges
+from components.worker.metrics.worker_metrics import WorkerMetrics
+from components.worker.metrics.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
                                               SglangRequestHistograms, tokenizer_labels)
 
 SCHED = {"model_name": "m", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",

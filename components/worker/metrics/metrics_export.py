@@ -2,11 +2,11 @@
 `dynamo_component_*` request metrics, through Dynamo's `register_engine_metrics_callback` as
 Dynamo 1.6.1's SGLang worker does (docs/reference/metrics.md):
 
-- the worker's registry (components/worker/metrics.py) with SGLang's `sglang:*` families
-  (components/worker/sglang_metrics.py), labelled with the worker's `dynamo_namespace`,
-  `dynamo_component`, `dynamo_endpoint`, `worker_id`, `model` and `model_name`;
-- Dynamo's standard engine gauges (components/worker/component_gauges.py) in a registry of their
-  own, without those labels, as 1.6.1 registers them.
+- the worker's registry (components/worker/metrics/worker_metrics.py) with SGLang's `sglang:*`
+  families (components/worker/metrics/sglang_metrics.py), labelled with the worker's
+  `dynamo_namespace`, `dynamo_component`, `dynamo_endpoint`, `worker_id`, `model` and `model_name`;
+- Dynamo's standard engine gauges (components/worker/metrics/component_gauges.py) in a registry of
+  their own, without those labels, as 1.6.1 registers them.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from dynamo.common.utils.prometheus import register_engine_metrics_callback
 
-from components.worker.component_gauges import ComponentGauges
+from components.worker.metrics.component_gauges import ComponentGauges
 from components.worker.flags.config import WorkerConfig
-from components.worker.metrics import WorkerMetrics
-from components.worker.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
+from components.worker.metrics.worker_metrics import WorkerMetrics
+from components.worker.metrics.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
                                               SglangRequestHistograms, engine_type,
                                               tokenizer_labels)
 from components.worker.tokenizer_workers import engine_pid

@@ -11,7 +11,7 @@ on the worker's `/metrics`, as Dynamo 1.6.1's SGLang worker shows them, on both 
 - the CPU engine: the subset that means the same on it, with SGLang's names, types, label names
   and buckets: scheduler gauges and token counters read from the engine at scrape time
   (`CpuSglangCollector`), request histograms observed at the endpoint (`SglangRequestHistograms`,
-  fed by components/worker/metrics.py).
+  fed by components/worker/metrics/worker_metrics.py).
 """
 
 from __future__ import annotations

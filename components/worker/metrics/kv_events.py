@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 from dynamo.llm import KvEventPublisher, WorkerMetricsPublisher
 
 from components.backends.base import EngineBackend
-from components.worker.load_relay import LoadRelay
+from components.worker.metrics.load_relay import LoadRelay
 from components.worker.role import WorkerRole
 
 logger = logging.getLogger(__name__)

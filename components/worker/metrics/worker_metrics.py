@@ -5,7 +5,7 @@ Dynamo 1.6.1 gives Python one way onto that page: a callback on the endpoint tha
 exposition text (`endpoint.metrics.register_prometheus_expfmt_callback`), which Dynamo's helper
 `register_engine_metrics_callback` wires to a `prometheus_client` registry and labels with the
 worker's `dynamo_namespace`, `dynamo_component`, `dynamo_endpoint`, `worker_id` and `model`, as
-Dynamo's own SGLang worker does for SGLang's metrics (`components/worker/metrics_export.py`
+Dynamo's own SGLang worker does for SGLang's metrics (`components/worker/metrics/metrics_export.py`
 registers it, with SGLang's `sglang:*` names, sglang_metrics.py, and Dynamo's standard
 engine gauges, component_gauges.py).
 
@@ -13,7 +13,8 @@ Measured here, per worker:
 - at the endpoint (both engines): requests by outcome, time to first item (TTFT; on a prefill
   worker, until its KV hand-off answer), inter-token latency between streamed chunks;
 - Text mode: the chat template + tokenization time (Tokens mode: the frontend preprocesses);
-- the event loop's lag (`components/worker/loop_lag.py`): every stream of the process waits that long;
+- the event loop's lag (`components/worker/metrics/loop_lag.py`): every stream of the process waits
+  that long;
 - read from the CPU engine at scrape time: KV pages in use / free / cached / total, requests
   waiting for admission, and (prefill) completed KV WRITEs with their bytes and seconds.
 """
@@ -31,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from handlers.core.errors import PrefillUnavailable, RequestError
 from handlers.text.preprocess import Preprocessor
 
-from components.worker.loop_lag import LoopLagMonitor
+from components.worker.metrics.loop_lag import LoopLagMonitor
 
 PREFIX = "dynamo_component_engine"
 OUTCOMES = ("success", "cancelled", "invalid", "unavailable", "error")
@@ -68,7 +69,7 @@ class WorkerMetrics:
         self.lag = LoopLagMonitor(self.loop_lag.observe)  # started on the worker's loop
         self.registry.register(EngineCollector(engine))
         # SGLang's request histograms where the worker measures them for its engine (the CPU
-        # engine; components/worker/sglang_metrics.py); SGLang measures its own.
+        # engine; components/worker/metrics/sglang_metrics.py); SGLang measures its own.
         self.sglang: Optional[Any] = None
 
     def instrument(self, generate: Handler, streams_tokens: bool = True) -> Handler:
