@@ -9,7 +9,7 @@ from collections import defaultdict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.worker.tokenizer_workers import ENGINE_PID_ENV
+from components.worker.lifecycle.tokenizer_workers import ENGINE_PID_ENV
 from harness.topology import HOST
 
 PREFIX = "dynamo_component_engine_"

@@ -4,8 +4,8 @@
 `--disaggregation-mode`: agg (`null`), prefill or decode. SIGTERM/SIGINT (owned by the worker
 from its first line, even after SGLang tries to install its own handler) stop it as Dynamo's
 workers stop: unregister, a grace period, a bounded drain, engine shutdown, exit 0
-(components/worker/shutdown.py); during startup they stop it at once, also exit 0. Startup failures
-(bad flags, model load, registration) exit non-zero, and so does a worker whose own engine
+(components/worker/lifecycle/shutdown.py); during startup they stop it at once, also exit 0. Startup
+failures (bad flags, model load, registration) exit non-zero, and so does a worker whose own engine
 process (--cpu-engine-process separate) exited under it.
 """
 
@@ -25,23 +25,23 @@ from dynamo.runtime import DistributedRuntime
 from components.worker.flags.config import WorkerConfig, parse_args
 from components.worker.flags.config_dump import dump_worker_config
 from components.worker.metrics.debug_routes import register_debug_routes
-from components.worker.follower import follow
+from components.worker.lifecycle.follower import follow
 from components.worker.handler_factory import bootstrap_endpoint, build_handler, health_check_payload
 from components.worker.hosts import is_wildcard
 from components.worker.metrics.kv_events import KvPublishing, kv_events_enabled, role_publishes
 from components.worker.metrics.worker_metrics import WorkerMetrics
 from components.worker.metrics.metrics_export import expose_metrics
-from components.worker.register import (local_indexer, register_served_model,
+from components.worker.lifecycle.register import (local_indexer, register_served_model,
                                         unregister_served_model)
 from components.worker.rooms.wiring import room_claims, start_room_watch
-from components.worker.runtime import translate_errors
-from components.worker.shutdown import (
+from components.worker.lifecycle.runtime import translate_errors
+from components.worker.lifecycle.shutdown import (
     DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, interrupt_startup, settle,
     watch_engine_process,
 )
-from components.worker.signal_guard import SignalGuard
-from components.worker.startup import connect_prefill, start_engine, warmup_prefill
-from components.worker.tokenizer_workers import engine_pid, watch_exit
+from components.worker.lifecycle.signal_guard import SignalGuard
+from components.worker.lifecycle.startup import connect_prefill, start_engine, warmup_prefill
+from components.worker.lifecycle.tokenizer_workers import engine_pid, watch_exit
 from handlers.core.live import LiveRequests, rid_prefix
 
 logger = logging.getLogger(__name__)

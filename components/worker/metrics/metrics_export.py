@@ -23,7 +23,7 @@ from components.worker.metrics.worker_metrics import WorkerMetrics
 from components.worker.metrics.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
                                               SglangRequestHistograms, engine_type,
                                               tokenizer_labels)
-from components.worker.tokenizer_workers import engine_pid
+from components.worker.lifecycle.tokenizer_workers import engine_pid
 
 
 def add_sglang_metrics(metrics: WorkerMetrics, config: WorkerConfig, engine: Any,

@@ -21,7 +21,7 @@ from components.worker.hosts import advertised_host
 from components.worker.rooms.claims import RoomClaims
 from components.worker.rooms.directory import RoomDirectory, room_watch_answer, room_watch_endpoint
 from components.worker.rooms.watch import RoomWatchServer
-from components.worker.tokenizer_workers import engine_pid
+from components.worker.lifecycle.tokenizer_workers import engine_pid
 
 logger = logging.getLogger(__name__)
 

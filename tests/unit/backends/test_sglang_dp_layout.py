@@ -75,7 +75,7 @@ def test_an_sglang_without_attn_dp_size_reads_the_two_flags():
 
 def test_dcp_widens_the_registered_block_size_not_the_pool(tiny_model_path):
     from components.backends.sglang_engine import sglang_limits
-    from components.worker.register import runtime_config_for
+    from components.worker.lifecycle.register import runtime_config_for
 
     server_args = sglang_args(tiny_model_path, "--dcp-size", "2", "--tp", "2",
                               "--page-size", "16")

@@ -138,7 +138,7 @@ async def test_sglang_prefill_warms_every_dp_rank_through_the_fake_bootstrap_hos
 
 
 async def test_signal_guard_keeps_the_workers_sigterm_handler():
-    from components.worker.signal_guard import SignalGuard
+    from components.worker.lifecycle.signal_guard import SignalGuard
 
     loop = asyncio.get_running_loop()
     got: list[str] = []
@@ -178,7 +178,7 @@ def test_dp_layout_and_eagle_are_registered_as_dynamo_does(tiny_model_path):
     """`data_parallel_size` from SGLang's --dp-size and `enable_eagle` from SGLang's own
     `SpeculativeAlgorithm.is_eagle` (EAGLE, EAGLE3 and NEXTN key their radix cache by bigrams)."""
     from components.backends.sglang_engine import eagle_enabled, sglang_limits
-    from components.worker.register import runtime_config_for
+    from components.worker.lifecycle.register import runtime_config_for
 
     assert [eagle_enabled(a) for a in (None, "EAGLE", "EAGLE3", "NEXTN", "NGRAM")] == [
         False, True, True, True, False]

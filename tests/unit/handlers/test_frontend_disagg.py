@@ -10,7 +10,7 @@ import pytest
 from dynamo.llm import ModelInput, ModelType, WorkerType
 
 from components.backends import select as backend_select
-from components.worker import register
+from components.worker.lifecycle import register
 from components.worker.flags.config import parse_args
 from components.backends.limits import EngineLimits
 from components.worker.handler_factory import health_check_payload

@@ -16,7 +16,7 @@ from dynamo.llm import ModelType
 from components.backends import select as backend_select
 from components.backends.limits import EngineLimits
 from components.backends.sglang import SglangBackend
-from components.worker import register
+from components.worker.lifecycle import register
 from components.worker.metrics import kv_events
 from components.worker.flags.config import build_parser, parse_args
 from components.worker.flags.config_dump import dump_worker_config

@@ -13,7 +13,7 @@ import pytest
 from components.backends import cpu_flags
 from components.backends.cpu import CpuBackend
 from components.worker.flags.config import parse_args
-from components.worker.shutdown import StopSignals, watch_engine_process
+from components.worker.lifecycle.shutdown import StopSignals, watch_engine_process
 from tests.support.handler_fakes import wait_until
 
 MODEL = ["--model-path", "/models/tiny"]

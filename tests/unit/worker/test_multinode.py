@@ -13,7 +13,7 @@ import pytest
 
 from components.backends import select as backend_select
 from components.backends.node import WORKER_GROUP_ID_KEY
-from components.worker import follower
+from components.worker.lifecycle import follower
 from components.worker.metrics import kv_events
 from components.worker.flags.config import parse_args
 
@@ -52,7 +52,7 @@ def test_a_later_nodes_place_follows_dynamo(tiny_model_path, extra, relays):
 
 def test_the_first_node_registers_the_group_id(tiny_model_path):
     from components.backends.limits import EngineLimits
-    from components.worker.register import runtime_config_for
+    from components.worker.lifecycle.register import runtime_config_for
 
     limits = EngineLimits(context_length=2048, max_total_num_tokens=4096,
                           max_running_requests=8, page_size=16)
@@ -71,7 +71,7 @@ def test_the_bootstrap_host_is_dist_init_addrs(tiny_model_path, addr, host):
 
 
 def test_a_later_node_starts_no_tokenizer_workers(tiny_model_path, monkeypatch):
-    from components.worker import startup
+    from components.worker.lifecycle import startup
 
     config = config_for(tiny_model_path, 1, "--tokenizer-worker-num", "2")
     monkeypatch.setattr(type(config.backend), "build", lambda self, args: "engine")

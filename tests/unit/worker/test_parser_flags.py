@@ -6,7 +6,7 @@ import pytest
 from components.backends import select as backend_select
 from components.backends.limits import EngineLimits
 from components.worker.flags.config import parse_args
-from components.worker.register import runtime_config_for
+from components.worker.lifecycle.register import runtime_config_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from components.worker import startup
+from components.worker.lifecycle import startup
 from components.worker.flags.config import parse_args
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("cpu_machine")]

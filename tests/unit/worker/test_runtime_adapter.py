@@ -9,8 +9,8 @@ import asyncio
 import pytest
 from dynamo.llm.exceptions import HttpError, InvalidArgument
 
-from components.worker.backoff import Backoff
-from components.worker.runtime import RuntimePrefillClient, translate_errors
+from components.worker.lifecycle.backoff import Backoff
+from components.worker.lifecycle.runtime import RuntimePrefillClient, translate_errors
 from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 pytestmark = pytest.mark.timeout(10)

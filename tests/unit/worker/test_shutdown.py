@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from components.worker import shutdown
-from components.worker.shutdown import (
+from components.worker.lifecycle import shutdown
+from components.worker.lifecycle.shutdown import (
     StartupInterrupted, StopSignals, drain, interrupt_startup, settle,
 )
-from components.worker.tokenizer_workers import TokenizerWorkers
+from components.worker.lifecycle.tokenizer_workers import TokenizerWorkers
 from handlers import DecodeHandler, PrefillHandler
 from handlers.core.errors import EngineUnavailable
 from handlers.core.live import LiveRequests, rid_prefix

@@ -7,10 +7,11 @@ from types import SimpleNamespace
 import pytest
 
 from components.backends import select as backend_select
-from components.worker import main as worker, register
+from components.worker import main as worker
+from components.worker.lifecycle import register
 from components.worker.flags.config import parse_args
 from components.backends.limits import EngineLimits
-from components.worker.register import RegistrationError, register_served_model
+from components.worker.lifecycle.register import RegistrationError, register_served_model
 
 pytestmark = pytest.mark.timeout(30)
 

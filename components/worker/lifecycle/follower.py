@@ -15,7 +15,7 @@ from typing import Any
 from components.backends.node import WORKER_GROUP_ID_KEY
 from components.worker.flags.config import WorkerConfig
 from components.worker.metrics.kv_events import KvPublishing, kv_events_enabled, role_publishes
-from components.worker.register import local_indexer
+from components.worker.lifecycle.register import local_indexer
 
 logger = logging.getLogger(__name__)
 

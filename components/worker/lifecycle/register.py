@@ -92,7 +92,7 @@ def runtime_config_for(limits: EngineLimits, config: Optional[WorkerConfig] = No
             config.launch.exclude_tools_when_tool_choice_none)
         if config.node.group_id is not None:
             # The engine's other nodes find this instance by it and relay their own DP ranks'
-            # KV events under its id (components/worker/follower.py), as 1.6.1's do.
+            # KV events under its id (components/worker/lifecycle/follower.py), as 1.6.1's do.
             runtime_config.set_engine_specific(WORKER_GROUP_ID_KEY,
                                                json.dumps(config.node.group_id))
     if config is not None and config.role.frontend_orchestrated:

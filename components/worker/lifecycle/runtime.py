@@ -24,7 +24,7 @@ from typing import Any, Optional
 from dynamo.llm.exceptions import HttpError, InvalidArgument
 from dynamo.runtime import Context
 
-from components.worker.backoff import Backoff
+from components.worker.lifecycle.backoff import Backoff
 from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)

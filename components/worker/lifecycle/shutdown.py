@@ -21,7 +21,7 @@ import signal
 import time
 from typing import Any
 
-from components.worker.tokenizer_workers import TokenizerWorkers, watch_exit
+from components.worker.lifecycle.tokenizer_workers import TokenizerWorkers, watch_exit
 from handlers.core.errors import EngineUnavailable
 from handlers.core.live import LiveRequests
 

@@ -9,8 +9,9 @@ import time
 from typing import Any
 
 from components.worker.flags.config import WorkerConfig
-from components.worker.runtime import RuntimePrefillClient
-from components.worker.tokenizer_workers import TokenizerWorkers, engine_pid, exit_with_engine
+from components.worker.lifecycle.runtime import RuntimePrefillClient
+from components.worker.lifecycle.tokenizer_workers import (TokenizerWorkers, engine_pid,
+                                                            exit_with_engine)
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ async def warmup_prefill(config: WorkerConfig, engine: Any) -> None:
 
 def start_engine(config: WorkerConfig, argv: list[str]) -> tuple[Any, TokenizerWorkers | None]:
     """The engine, or an attachment to the engine process's; with --tokenizer-worker-num N > 1
-    the engine process also starts the N - 1 attached ones (`components.worker.tokenizer_workers`)."""
+    the engine process also starts the N - 1 attached ones
+    (`components.worker.lifecycle.tokenizer_workers`)."""
     parent = engine_pid()
     if parent is not None:
         exit_with_engine()
