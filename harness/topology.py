@@ -64,15 +64,26 @@ def strip_sglang_cpu(env: dict[str, str]) -> None:
 # found by binding port 0 is ephemeral: any outbound connection, or another engine binding port
 # 0, may take it before the process it was meant for binds it (seen: an SGLang scheduler's KV
 # events socket, "Address already in use").
-PORT_RANGE = hosts.SAFE_PORT_RANGE
+def _worker_range(low: int, high: int, worker: str, workers: str) -> tuple[int, int]:
+    """The share of [low, high] of one pytest-xdist worker ("gw1" of 2), so that two test
+    processes never hand out the same port between its pick and its bind."""
+    if not worker.startswith("gw") or not workers.isdigit():
+        return low, high
+    index, count = int(worker[2:]), int(workers)
+    size = (high - low + 1) // count
+    return low + index * size, low + (index + 1) * size - 1
+
+
+PORT_RANGE = _worker_range(*hosts.SAFE_PORT_RANGE, os.environ.get("PYTEST_XDIST_WORKER", ""),
+                           os.environ.get("PYTEST_XDIST_WORKER_COUNT", ""))
 
 
 def free_port() -> int:
     return hosts.free_port_in(HOST, *PORT_RANGE)
 
 
-def free_system_port() -> int:
-    return hosts.free_system_port(HOST)
+def free_system_port() -> int:  # Dynamo's system ports must lie in SAFE_PORT_RANGE too
+    return hosts.free_port_in(HOST, *PORT_RANGE)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -9,6 +9,7 @@ import pytest
 from harness.services import Services
 from harness.topology import Stack
 from tests.support.models import model_path
+from tests.support.parallel_groups import make_scheduler, write_groups
 from tests.support.shared_stacks import NEXT_KEY, SharedStacks, StackKey, key_of, order_items
 from tests.support.topologies import start_topology
 
@@ -50,9 +51,18 @@ def tokenizer(tiny_model_path):
     return AutoTokenizer.from_pretrained(tiny_model_path)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The tests of each shared stack (tests/support/shared_stacks.py) one after another.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The tests of each shared stack (tests/support/shared_stacks.py) one after another, and,
+    # under pytest-xdist, which must share a worker (tests/support/parallel_groups.py).
     order_items(items)
+    write_groups(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (make test runs two workers)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") == "loadscope":
+        return make_scheduler(config, log)
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
