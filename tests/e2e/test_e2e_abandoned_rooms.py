@@ -39,6 +39,8 @@ RELEASE_BOUND_S = 10.0
 CLAIM_TIMEOUT_S = {DECODE_ORCHESTRATED: 4.0, FRONTEND_ORCHESTRATED: 10.0}
 KILL_BOUND_S = 10.0 + RELEASE_BOUND_S
 STYLES = {"decode-orch": DECODE_ORCHESTRATED, "frontend-orch": FRONTEND_ORCHESTRATED}
+# Tokens the kill test's requests ask for: a long prompt plus this still fits either pool.
+LONG_ANSWER = 1000
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,11 @@ def hold_stream(url: str, body: dict) -> None:
 def test_a_killed_decode_leaves_the_prefill_holding_nothing(stack):
     """Last: it breaks the module's stack (its teardown stops what is left)."""
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        streams = [pool.submit(hold_stream, stack.url, long_body(stack.engine, 100 + i))
+        # Long answers: the first holds the decode's pool for seconds and the others wait in the
+        # prefill, so the kill finds both busy (with short ones a fast run had served all four
+        # before the first look).
+        streams = [pool.submit(hold_stream, stack.url,
+                               {**long_body(stack.engine, 100 + i), "max_tokens": LONG_ANSWER})
                    for i in range(4)]
         wait_until(lambda: stack.procs["prefill"].requests_in_flight() > 0, 30,
                    "the prefill to start")

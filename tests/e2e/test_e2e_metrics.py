@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 P = "dynamo_component_engine_"
 BURST = 6
-MAX_TOKENS = 200
+# Long enough that a scrape every 50 ms sees the decode's pages in use on a fast run too.
+MAX_TOKENS = 600
 
 
 def scrape(proc: Proc) -> Samples:
