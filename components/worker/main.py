@@ -130,12 +130,12 @@ class Worker:
             self.runtime.shutdown()
             raise
 
-    def orphan(self) -> None:
-        """This attached process's engine process exited: no output will come for the requests
-        it holds, so end them now (a 503) rather than at the drain's end."""
-        count = self.config.backend.end_orphaned_requests(self.engine,
-                                                          "the engine process exited")
-        logger.error("the engine process exited: ended %d request(s)", count)
+    def orphan(self, reason: str = "the engine process exited") -> None:
+        """The engine's process (an attached process's engine process, or a subprocess of the
+        engine) exited: no output will come for the requests it holds, so end them now (a 503)
+        rather than at the drain's end."""
+        count = self.config.backend.end_orphaned_requests(self.engine, reason)
+        logger.error("%s: ended %d request(s)", reason, count)
         self._orphaned.set()
 
     async def stop(self) -> None:

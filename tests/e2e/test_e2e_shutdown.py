@@ -6,6 +6,9 @@ CPU path), aggregated, Tokens mode.
 - SIGTERM under a long stream: the model leaves discovery first, the stream goes on through the
   grace period and the drain time, then ends with an error event; the worker exits 0 within
   grace + drain + a few seconds.
+- SIGTERM to the whole process group under a stream (a terminal's Ctrl-C, a group kill), on
+  SGLang: its scheduler and detokenizer exit at once and SGLang's watchdog says so with a SIGQUIT;
+  the worker ends the stream then and still exits 0 (SGLang's own handler would SIGKILL it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 import psutil
 import pytest
 
+from components.worker.lifecycle.shutdown import ENGINE_EXIT_WHILE_STOPPING
 from harness.topology import Stack, wait_until
 from tests.e2e.client import long_stream
 from tests.support.topologies import ENGINE_ARGS, SGLANG_ENGINE_ARGS, start_alone
@@ -87,3 +91,26 @@ def test_sigterm_drains_then_ends_a_long_stream_and_exits_zero(stack, engine):
     assert GRACE_S + DRAIN_S <= ended < GRACE_S + DRAIN_S + EXIT_BOUND_S
     assert "ran out: ended 1 engine request(s)" in proc.log_text()
     print(f"{engine}: unregistered {unregistered:.2f} s, stream ended {ended:.2f} s after SIGTERM")
+
+
+def test_sigterm_to_the_process_group_ends_the_stream_and_exits_zero(stack):
+    name = "group-sglang"
+    proc = start(stack, "sglang", name, *LONG, "--drain-timeout", "60",
+                 DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS=str(GRACE_S))
+    stack.wait_ready(name, timeout=240)
+    result: list = []
+    thread = long_stream(stack.url, name, 8000, result)
+    wait_until(lambda: proc.requests_in_flight() >= 1, 60, "the stream in flight")
+    proc.signal_group(signal.SIGTERM)  # the worker, SGLang's scheduler and its detokenizer
+    signalled = time.monotonic()
+    thread.join(EXIT_BOUND_S)
+    code = proc.reap(EXIT_BOUND_S)
+    took = time.monotonic() - signalled
+    del stack.procs[name]
+    log = proc.log_text()
+    assert code == 0, log[-3000:]  # not -9 from SGLang's SIGQUIT handler
+    [got] = result
+    assert got.error is not None and got.usage is None, got  # ended, not finished
+    assert f"{ENGINE_EXIT_WHILE_STOPPING}: ended 1 request(s)" in log, log[-3000:]
+    assert took < EXIT_BOUND_S  # not the 60 s drain time: nothing was left to wait for
+    print(f"sglang: exited {took:.2f} s after SIGTERM to its process group")

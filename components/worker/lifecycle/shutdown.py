@@ -36,6 +36,7 @@ PREFILL_SETTLE_S = 2.0
 # Attached processes (--tokenizer-worker-num) drain alongside the engine process, which waits for
 # them this much longer than its own drain before it stops its engine under them.
 DRAIN_MARGIN_S = ENDED_WAIT_S + 5.0
+ENGINE_EXIT_WHILE_STOPPING = "an engine subprocess exited while the worker stops"
 
 
 class StartupInterrupted(BaseException):
@@ -79,6 +80,16 @@ async def settle(live: LiveRequests, seconds: float = PREFILL_SETTLE_S) -> None:
         await asyncio.sleep(wait)
 
 
+def take_sigquit(worker: Any) -> None:
+    """Once the worker stops, an engine subprocess exiting is expected: the signal often reaches
+    the worker's whole process group (a terminal's Ctrl-C, a group kill), and SGLang's scheduler
+    and detokenizer have no handler for it. SGLang's watchdog reports their exit with a SIGQUIT
+    whose handler SIGKILLs the worker mid-drain (exit -9); instead, end what the engine held (a
+    503) and let the stop go on to exit 0."""
+    asyncio.get_running_loop().add_signal_handler(signal.SIGQUIT, worker.orphan,
+                                                  ENGINE_EXIT_WHILE_STOPPING)
+
+
 class StopSignals:
     """Where SIGTERM/SIGINT go once the loop owns them: during startup they cancel it (the
     worker exits 0 having served nothing); once serving, to the worker's graceful stop."""
@@ -98,6 +109,7 @@ class StopSignals:
             self.interrupted = True
             self._startup.cancel()
         elif self._stop is None:
+            take_sigquit(self.worker)
             self._stop = asyncio.ensure_future(self.worker.stop())
 
     def engine_exited(self) -> None:

@@ -128,7 +128,10 @@ async def test_a_signal_during_startup_cancels_it_and_once_serving_stops_the_wor
     assert signals.interrupted
 
     class Worker:
-        calls: list[bool] = []
+        calls: list[str] = []
+
+        def orphan(self, reason: str) -> None:
+            self.calls.append(reason)
 
         async def stop(self) -> None:
             self.calls.append("stop")
@@ -139,6 +142,13 @@ async def test_a_signal_during_startup_cancels_it_and_once_serving_stops_the_wor
     serving()  # a second signal starts no second stop
     await wait_until(lambda: Worker.calls == ["stop"])
     assert not serving.interrupted
+    # SGLang's watchdog reports a subprocess that the group signal stopped with a SIGQUIT: once
+    # stopping, that ends the engine's requests instead of SGLang's handler killing the process.
+    try:
+        os.kill(os.getpid(), signal.SIGQUIT)
+        await wait_until(lambda: Worker.calls == ["stop", shutdown.ENGINE_EXIT_WHILE_STOPPING])
+    finally:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGQUIT)
 
 
 async def test_an_engine_process_that_exits_ends_the_attached_requests_then_stops():
