@@ -61,31 +61,44 @@ def test_metrics_follow_a_burst_of_requests(tokens_stack, http):
         peak = max(peak, scrape(decode)[(P + "kv_pages_in_use", "")])
         burst.join(0.05)
     assert statuses == [200] * BURST
-    # Over the context: only the decode worker can tell, and answers 400.
+    # Over the context: a 400, counted as invalid by the worker that refused it. Decode-
+    # orchestrated, that is the decode; frontend-orchestrated, the frontend runs both legs at
+    # once and either may refuse first (the other leg is then cancelled or never sent).
     r = post(http, tokens_stack.url, "completions",
              {"model": DISAGG, "max_tokens": 4, "prompt": [7] * (CONTEXT_LENGTH + 10)})
     assert r.status_code == 400, r.text
 
-    def settled() -> bool:
-        return all(scrape(p)[(P + "kv_pages_in_use", "")] == 0 for p in (decode, prefill))
+    def refused() -> float:
+        return (delta(scrape(decode), d0, P + "requests_total", "invalid")
+                + delta(scrape(prefill), p0, P + "requests_total", "invalid"))
 
-    wait_until(settled, 15, "KV pages in use back to 0")
+    def outcomes(d: Samples) -> float:
+        return sum(delta(d, d0, P + "requests_total", o) for o in
+                   ("success", "invalid", "cancelled", "unavailable", "error"))
+
+    def settled() -> bool:
+        """Pages free, and every request counted: ours count as a request ends (maybe after
+        the client has its 400), Dynamo's as it arrives."""
+        pages_free = all(scrape(p)[(P + "kv_pages_in_use", "")] == 0 for p in (decode, prefill))
+        d = scrape(decode)
+        ends_counted = delta(d, d0, "dynamo_component_requests_total") == outcomes(d)
+        return pages_free and ends_counted and refused() >= 1
+
+    wait_until(settled, 15, "KV pages in use back to 0 and every request counted")
     d1, p1 = scrape(decode), scrape(prefill)
 
     assert peak > 0
     assert delta(d1, d0, P + "requests_total", "success") == BURST
-    assert delta(d1, d0, P + "requests_total", "invalid") == 1
-    outcomes = sum(delta(d1, d0, P + "requests_total", o) for o in
-                   ("success", "invalid", "cancelled", "unavailable", "error"))
-    # Dynamo's own per-endpoint request counter agrees with ours.
-    assert delta(d1, d0, "dynamo_component_requests_total") == outcomes == BURST + 1
+    assert 1 <= refused() <= 2  # by one worker or both
+    # Dynamo's own per-endpoint request counter agrees with ours (checked in settled).
+    assert outcomes(d1) in (BURST, BURST + 1)
     assert delta(d1, d0, P + "time_to_first_token_seconds_count") == BURST
     assert BURST <= delta(d1, d0, P + "inter_token_latency_seconds_count") <= BURST * MAX_TOKENS
     assert delta(p1, p0, P + "requests_total", "success") == BURST
     assert delta(p1, p0, P + "kv_transfers_total") == BURST
     assert delta(p1, p0, P + "kv_transfer_bytes_total") > 0
     assert delta(p1, p0, P + "kv_transfer_seconds_total") > 0
-    # The decode's loop was sampled while its streams (6 x 200 tokens, over a second) ran.
+    # The decode's loop was sampled while its streams (6 x 600 tokens, over a second) ran.
     assert delta(d1, d0, P + "event_loop_lag_seconds_count") > 0
     for after, before in ((d1, d0), (p1, p0)):
         assert after[(P + "kv_pages_free", "")] == after[(P + "kv_pages_total", "")] > 0
