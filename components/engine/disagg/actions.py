@@ -14,6 +14,7 @@ from components.engine.core.sequence import Sequence
 TIMEOUT_STATUS = 504
 FAILURE_STATUS = 500
 INVALID_STATUS = 400  # the request itself was refused (the engine's 400s)
+UNAVAILABLE_STATUS = 503  # this pairing cannot serve now; another prefill (or later) can
 # What the client sees when a room's transfer fails, by the failure's kind.
 FAILURE_STATUS_BY_KIND = {
     FailureKind.TIMED_OUT: TIMEOUT_STATUS,
@@ -22,6 +23,7 @@ FAILURE_STATUS_BY_KIND = {
     FailureKind.NIXL_ERROR: FAILURE_STATUS,
     FailureKind.ABORTED: FAILURE_STATUS,
     FailureKind.INVALID: INVALID_STATUS,  # the prefill refused the request: the client's error
+    FailureKind.PATH_BROKEN: UNAVAILABLE_STATUS,  # the KV path failed its probe (path_probe.py)
 }
 
 

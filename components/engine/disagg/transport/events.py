@@ -17,6 +17,7 @@ class FailureKind(enum.Enum):
     NIXL_ERROR = "NIXL error"  # the WRITE failed, or could not be posted
     ABORTED = "aborted"  # the engine or the peer gave the room up
     INVALID = "invalid"  # decode: the prefill refused the request itself (the client's 400)
+    PATH_BROKEN = "KV path broken"  # decode: the prefill's KV path failed its probe
 
 
 def abort_kind(message: str) -> FailureKind:
