@@ -29,7 +29,7 @@ from components.engine.api.sync import SyncGenerateMixin
 from components.engine.output.forks import make_choices
 from components.engine.output.grammar import GrammarBackend, grammar_of
 from components.engine.kv.events import KvEventListener
-from components.engine.api.loop_batcher import LoopBatcher
+from components.engine.core.loop_batcher import LoopBatcher
 from components.engine.core.sequence import Sequence
 from components.engine.api.tokenizer_manager import CpuTokenizerManager
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.output.logprobs import check_logprob_args
-from components.engine.api.sampling_params import SamplingParams
+from components.engine.output.sampling_params import SamplingParams
 from components.engine.core.sequence import Bootstrap, Sequence
 
 # Engine API parameters this engine cannot honour: passing a non-default value is an error.

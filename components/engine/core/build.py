@@ -17,7 +17,7 @@ from components.engine.model.facts import context_length, eos_token_ids, read_mo
 from components.engine.model.runner import TORCH_DTYPES, ModelRunner
 from components.engine.output.processor import OutputProcessor
 from components.engine.kv.prefix_cache import PrefixCache
-from components.engine.api.request_checks import Limits
+from components.engine.core.request_checks import Limits
 from components.engine.core.scheduler import Scheduler, SchedulerConfig
 
 

@@ -29,7 +29,7 @@ from components.engine.output.processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
 )
 from components.engine.kv.prefix_cache import PrefixCache
-from components.engine.api.request_checks import InvalidRequest, Limits, check_request
+from components.engine.core.request_checks import InvalidRequest, Limits, check_request
 from components.engine.core.sequence import Sequence, Status
 
 logger = logging.getLogger(__name__)

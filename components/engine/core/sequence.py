@@ -11,7 +11,7 @@ from components.engine.output.detokenizer import IncrementalDetokenizer, StopStr
 from components.engine.kv.pool import PageRun
 from components.engine.output.logprobs import TokenLogprob
 from components.engine.output.sampling import SamplingState
-from components.engine.api.sampling_params import SamplingParams
+from components.engine.output.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from components.engine.output.grammar import RequestGrammar

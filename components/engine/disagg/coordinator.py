@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from components.engine.api.request_checks import InvalidRequest, bootstrap_problem
+from components.engine.core.request_checks import InvalidRequest, bootstrap_problem
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.core.sequence import Sequence, Status
 from components.engine.disagg.actions import (

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from components.engine.api.sampling_params import SamplingParams
+from components.engine.output.sampling_params import SamplingParams
 
 
 @dataclass

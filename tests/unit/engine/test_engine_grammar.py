@@ -10,7 +10,7 @@ import pytest
 
 from components.engine.api.engine import CpuEngine
 from components.engine.output.grammar import GrammarBackend
-from components.engine.api.sampling_params import SamplingParams
+from components.engine.output.sampling_params import SamplingParams
 from tests.support.structured_schemas import BAD_SCHEMA, SCHEMAS, assert_valid
 
 TINY_EOS = frozenset({2})

@@ -10,8 +10,8 @@ from components.engine.core.batch import Batch
 from components.engine.config import DisaggregationMode
 from components.engine.kv.pool import KVPool
 from components.engine.output.processor import OutputProcessor
-from components.engine.api.request_checks import Limits
-from components.engine.api.sampling_params import SamplingParams
+from components.engine.core.request_checks import Limits
+from components.engine.output.sampling_params import SamplingParams
 from components.engine.core.scheduler import Scheduler, SchedulerConfig
 from components.engine.core.sequence import Sequence
 from tests.support.engine_helpers import byte_token_ids

@@ -7,7 +7,7 @@ from components.engine.config import EngineConfig
 from components.engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from components.engine.kv.pool import ExtentAllocator, KVPool, PageRun
 from components.engine.output.sampling import SamplingState, make_generator, sample
-from components.engine.api.sampling_params import SamplingParams
+from components.engine.output.sampling_params import SamplingParams
 from tests.support.engine_helpers import byte_token_ids
 
 

@@ -28,7 +28,7 @@ class InvalidRequest(ValueError):
 def check_request(seq: Sequence, tokenizer: Any, limits: Limits, choices: int) -> None:
     """Every check, in admission's order; fills in what they settle (``input_ids``,
     ``max_new_tokens``, ``reserve_tokens``). Raises InvalidRequest."""
-    if seq.reject is not None:  # found bad on the caller's side (requests.py)
+    if seq.reject is not None:  # found bad on the caller's side (api/requests.py)
         raise InvalidRequest(seq.reject)
     tokenize_prompt(seq, tokenizer)
     seq.input_ids = check_input_ids(seq.input_ids, limits)
