@@ -26,7 +26,7 @@ from components.engine.api.streams import final_chunk, stream_chunks
 from components.engine.api.readouts import EngineReadouts
 from components.engine.api.totals import RequestTotals
 from components.engine.api.sync import SyncGenerateMixin
-from components.engine.output.forks import make_choices
+from components.engine.core.forks import make_choices
 from components.engine.output.grammar import GrammarBackend, grammar_of
 from components.engine.kv.events import KvEventListener
 from components.engine.core.loop_batcher import LoopBatcher

@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from components.engine.output.forks import strip_index
+from components.engine.core.forks import strip_index
 
 Chunk = dict[str, Any]
 # Starts the request on the engine thread; -> the queue its chunks arrive on. Raises ValueError

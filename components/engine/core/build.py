@@ -14,8 +14,8 @@ from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.disagg.coordinator import DisaggCoordinator
 from components.engine.kv.pool import KVPool
 from components.engine.model.facts import context_length, eos_token_ids, read_model_shape
-from components.engine.model.runner import TORCH_DTYPES, ModelRunner
-from components.engine.output.processor import OutputProcessor
+from components.engine.core.runner import TORCH_DTYPES, ModelRunner
+from components.engine.core.processor import OutputProcessor
 from components.engine.kv.prefix_cache import PrefixCache
 from components.engine.core.request_checks import Limits
 from components.engine.core.scheduler import Scheduler, SchedulerConfig

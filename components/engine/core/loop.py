@@ -27,8 +27,8 @@ from components.engine.kv.prefix_cache import PrefixCache
 from components.engine.disagg.coordinator import DisaggCoordinator
 from components.engine.disagg.transport.prefill_writes import TransferTotals
 from components.engine.core.loop_batcher import LoopBatcher
-from components.engine.model.runner import ModelRunner
-from components.engine.output.processor import OutputProcessor, finish_abort
+from components.engine.core.runner import ModelRunner
+from components.engine.core.processor import OutputProcessor, finish_abort
 from components.engine.core.scheduler import Scheduler
 from components.engine.core.sequence import Sequence
 

@@ -23,9 +23,9 @@ from components.engine.core.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
 from components.engine.disagg.actions import Action, Adopt, Complete, Fail, Free
 from components.engine.disagg.coordinator import DisaggCoordinator
-from components.engine.output.forks import allocate_group, fork_kv, group_rows, pending, share_plan
+from components.engine.core.forks import allocate_group, fork_kv, group_rows, pending, share_plan
 from components.engine.kv.pool import KVPool, PageRun
-from components.engine.output.processor import (
+from components.engine.core.processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
 )
 from components.engine.kv.prefix_cache import PrefixCache

@@ -51,7 +51,7 @@ class Sequence:
     top_logprobs_num: int = 0
     logprob_start_len: int = -1       # >= 0: prompt logprobs from this position on
     created_at: float = field(default_factory=time.perf_counter)
-    # n > 1 (components/engine/output/forks.py): this choice's index, the caller's rid, and on the
+    # n > 1 (components/engine/core/forks.py): this choice's index, the caller's rid, and on the
     # leader (choice 0) the other choices until its prompt's KV is forked into them.
     index: int | None = None
     parent_rid: str | None = None

@@ -1,4 +1,4 @@
-"""CPU engine, n > 1 (`components/engine/output/forks.py`): the prompt is prefilled once and forked into
+"""CPU engine, n > 1 (`components/engine/core/forks.py`): the prompt is prefilled once and forked into
 the choices; each samples with its own seed; chunks carry `index`; closing the stream or aborting
 the caller's rid ends every choice and frees its KV."""
 

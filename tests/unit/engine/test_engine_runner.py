@@ -7,7 +7,7 @@ import torch
 from components.engine.core.batch import Batch, PrefillChunk
 from components.engine.kv.pool import KVPool
 from components.engine.model.facts import read_model_shape
-from components.engine.model.runner import ModelRunner
+from components.engine.core.runner import ModelRunner
 from components.engine.output.sampling_params import SamplingParams
 from components.engine.core.sequence import Sequence
 from tests.support.engine_helpers import load_reference, random_prompt

@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 from components.engine.core.batch import Batch
 from components.engine.config import DisaggregationMode
 from components.engine.kv.pool import KVPool
-from components.engine.output.processor import OutputProcessor
+from components.engine.core.processor import OutputProcessor
 from components.engine.core.request_checks import Limits
 from components.engine.output.sampling_params import SamplingParams
 from components.engine.core.scheduler import Scheduler, SchedulerConfig

@@ -16,7 +16,7 @@ import torch
 
 from components.engine.core.batch import Batch
 from components.engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher
-from components.engine.output.forks import choice_seed, expand
+from components.engine.core.forks import choice_seed, expand
 from components.engine.output.grammar import BitmaskApplier, RequestGrammar
 from components.engine.output.logprobs import (
     TokenLogprob, input_meta_fields, meta_fields, token_logprobs,
