@@ -21,7 +21,7 @@ from benchmarks.common import (
     engine_bench_parser, format_table, median, parse_engine_bench_args, results_dir, write_json,
 )
 from components.engine.config import DEFAULT_CHUNKED_PREFILL_SIZE
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 
 ONE_TOKEN = {"temperature": 0.0, "max_new_tokens": 1}
 STARTED_S = 0.02  # the long prompt's prefill is under way by then

@@ -44,7 +44,7 @@ def run_arm(engine, arm: str, prompt: list[int], n: int, new_tokens: int) -> lis
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from components.engine.api.engine import CpuEngine
+    from components.engine.process.engine import CpuEngine
 
     limit_cpu_threads(args.threads)
     engine = CpuEngine(model_path=args.model, num_threads=args.threads,

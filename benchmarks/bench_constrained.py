@@ -20,7 +20,7 @@ from benchmarks.common import (
     engine_bench_parser, format_table, median, new_figure, parse_engine_bench_args, results_dir,
     save_figure, write_json,
 )
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 
 BATCH = 16
 PROMPT_TOKENS = 128

@@ -110,7 +110,7 @@ async def run_disagg(decode, prefill: EngineProcess, ids: list[int]) -> dict:
 
 
 async def measure(args) -> tuple[dict, list[str]]:
-    from components.engine.api.engine import CpuEngine
+    from components.engine.process.engine import CpuEngine
 
     capture = TimingCapture.install()
     agg = CpuEngine(model_path=args.model_path, skip_tokenizer_init=True, num_threads=1)

@@ -18,7 +18,7 @@ from benchmarks.common import (
     engine_bench_parser, format_table, median, new_figure, parse_engine_bench_args, percentile,
     results_dir, save_figure, write_json,
 )
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 
 PREFILL_LENGTHS = (128, 512, 2000)
 DECODE_BATCHES = (1, 16)

@@ -17,7 +17,7 @@ import time
 from benchmarks.common import (
     engine_bench_parser, format_table, median, parse_engine_bench_args, results_dir, write_json,
 )
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 
 BATCH = 16
 PROMPT = 128

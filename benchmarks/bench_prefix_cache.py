@@ -19,7 +19,7 @@ import time
 from benchmarks.common import (
     engine_bench_parser, format_table, median, parse_engine_bench_args, results_dir, write_json,
 )
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 
 SUFFIX = 16
 ONE_TOKEN = {"temperature": 0.0, "max_new_tokens": 1}

@@ -32,7 +32,7 @@ def make_prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[in
 
 class EngineArm:
     def __init__(self, model: str, threads: int) -> None:
-        from components.engine.api.engine import CpuEngine
+        from components.engine.process.engine import CpuEngine
 
         self.engine = CpuEngine(model_path=model, num_threads=threads)
         self.vocab = self.engine.vocab_size

@@ -45,7 +45,7 @@ class EngineArm:
 
 def start_engine(model_path: str, **overrides):
     """An aggregated CPU engine configured like the benchmark's workers (one torch thread)."""
-    from components.engine.api.engine import CpuEngine
+    from components.engine.process.engine import CpuEngine
 
     kwargs = {"model_path": model_path, "skip_tokenizer_init": True, "num_threads": 1}
     kwargs.update(overrides)

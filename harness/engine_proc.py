@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s engine_proc %(name)s: %(message)s")
     capture = TimingCapture.install() if args.timings else None
     # Imported only now: torch and NIXL may print while loading, and fd 1 is stderr from here on.
-    from components.engine.api.engine import CpuEngine
+    from components.engine.process.engine import CpuEngine
 
     async def run() -> None:
         engine = CpuEngine(**args.engine_kwargs)

@@ -34,12 +34,12 @@ class CpuBackend:
         kwargs = dict(engine_args)
         if kwargs.pop(cpu_flags.ENGINE_PROCESS_KEY, None) == cpu_flags.SEPARATE:
             return _start_separate(kwargs)
-        from components.engine.api.engine import CpuEngine  # torch: only once chosen
+        from components.engine.process.engine import CpuEngine  # torch: only once chosen
 
         return CpuEngine(**kwargs)
 
     def attach(self, parent_pid: int) -> Any:
-        from components.engine.api.engine import CpuEngine
+        from components.engine.process.engine import CpuEngine
 
         return CpuEngine.attach_tokenizer_worker(parent_pid)
 

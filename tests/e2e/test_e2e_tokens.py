@@ -113,7 +113,7 @@ def test_stop_string_ends_the_stream_before_it(tokens_stack, http):
 @pytest.fixture(scope="module")
 def ref_engine(tiny_model_path):
     """The CPU engine in this process, aggregated: the reference for greedy token ids."""
-    from components.engine.api.engine import CpuEngine
+    from components.engine.process.engine import CpuEngine
 
     engine = CpuEngine(model_path=tiny_model_path, skip_tokenizer_init=True,
                     context_length=CONTEXT_LENGTH, max_total_tokens=8192)

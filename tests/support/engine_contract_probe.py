@@ -27,7 +27,7 @@ def start_engine(kind: str, model: str, skip_tokenizer_init: bool) -> Any:
     args = dict(model_path=model, skip_tokenizer_init=skip_tokenizer_init, context_length=2048,
                 max_total_tokens=8192, constrained_json_max_whitespace_cnt=1)
     if kind == "cpu":
-        from components.engine.api.engine import CpuEngine
+        from components.engine.process.engine import CpuEngine
 
         return CpuEngine(**args)
     import sglang as sgl

@@ -60,7 +60,7 @@ def main() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s [engine]")
     parent = int(os.environ[PARENT_PID_ENV])
     exit_with_parent(parent, "the worker exited before its engine process started")
-    from components.engine.api.engine import CpuEngine  # torch: after the cheap checks
+    from components.engine.process.engine import CpuEngine  # torch: after the cheap checks
 
     engine = CpuEngine(**spec["engine_kwargs"])
     service = EngineService(engine)

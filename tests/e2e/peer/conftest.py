@@ -59,7 +59,7 @@ def greedy_ids(tiny_model_path, tokenizer):
     """Greedy token ids of the tiny model for a chat body, from the CPU engine in this process
     (aggregated, the same weights as every worker): the answer's ids, which neither mode's HTTP
     answer shows (re-encoding the text does not give them back)."""
-    from components.engine.api.engine import CpuEngine
+    from components.engine.process.engine import CpuEngine
     from tests.support.topologies import CONTEXT_LENGTH
 
     engine = CpuEngine(model_path=tiny_model_path, skip_tokenizer_init=True,

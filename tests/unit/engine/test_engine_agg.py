@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from tests.support.engine_helpers import (
     assert_chunk_shape, drain, load_reference, random_prompt, reference_greedy,
 )

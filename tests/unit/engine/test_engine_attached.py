@@ -14,7 +14,7 @@ import time
 import pytest
 import pytest_asyncio
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from harness.engine_proc import EngineProcess
 from tests.support.engine_helpers import drain, random_prompt
 
@@ -106,7 +106,7 @@ async def test_abort_by_rid(parent, attached):
 async def test_a_killed_worker_process_frees_its_pages(parent):
     script = (
         "import asyncio, sys\n"
-        "from components.engine.api.engine import CpuEngine\n"
+        "from components.engine.process.engine import CpuEngine\n"
         "async def main():\n"
         f"    eng = CpuEngine.attach_tokenizer_worker({parent.pid})\n"
         f"    s = await eng.async_generate(input_ids=[3, 4, 5], sampling_params={LONG!r}, "

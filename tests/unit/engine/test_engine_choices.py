@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from tests.support.engine_helpers import drain, random_prompt, wait_until
 
 SEEDED = {"temperature": 0.8, "max_new_tokens": 10, "ignore_eos": True, "sampling_seed": 7}

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from transformers import AutoTokenizer
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from harness.child import cpu_seconds
 from harness.engine_proc import EngineProcess
 from tests.support.engine_helpers import boot, drain, random_prompt, wait_until

@@ -8,7 +8,7 @@ import time
 import pytest
 import pytest_asyncio
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from harness.engine_proc import EngineProcess
 from tests.support.engine_helpers import boot, wait_until
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import pytest_asyncio
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from tests.support.engine_helpers import boot, drain, random_prompt, wait_until
 from harness.engine_proc import EngineProcess
 

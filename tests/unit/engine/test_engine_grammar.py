@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from components.engine.output.grammar import GrammarBackend
 from components.engine.output.sampling_params import SamplingParams
 from tests.support.structured_schemas import BAD_SCHEMA, SCHEMAS, assert_valid

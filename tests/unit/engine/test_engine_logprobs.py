@@ -4,7 +4,7 @@ transformers' own logits, streamed and not, per row, and the Engine API's refusa
 import pytest
 import torch
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from tests.e2e.transformers_ref import _model, greedy_logprobs
 from tests.support.engine_helpers import drain, random_prompt
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from tests.support.engine_helpers import random_prompt
 
 TICK_S = 0.001

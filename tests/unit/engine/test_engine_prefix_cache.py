@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from components.engine.api.totals import Totals
 from components.engine.kv.pool import KVPool
 from components.engine.kv.prefix_cache import PrefixCache

@@ -5,7 +5,7 @@ chunked prefill, from a later start, past a cached prefix, and shared by ``n > 1
 import pytest
 import torch
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from components.engine.config import DisaggregationMode
 from tests.e2e.transformers_ref import _model
 from tests.support.engine_helpers import drain, random_prompt

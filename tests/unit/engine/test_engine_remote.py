@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from components.backends import cpu_flags
 from components.backends.cpu import CpuBackend
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from components.engine.process import wire
 from components.engine.process.launch import EngineProcessFailed, start_engine_process
 from tests.support.engine_helpers import drain, random_prompt

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from components.engine.api.engine import CpuEngine
+from components.engine.process.engine import CpuEngine
 from components.engine.kv.pool import KVPool
 from components.engine.kv.prefix_cache import PrefixCache
 from components.worker.metrics.kv_events import (EngineKvRelay, kv_events_enabled,
