@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from components.engine.disagg.actions import FAILURE_STATUS_BY_KIND
+from components.engine.disagg.failures import FAILURE_STATUS_BY_KIND
 from components.engine.disagg.transport.events import FailureKind, TransferFailed, abort_kind
 from protocol.kv_side_channel import Abort, Register
 from tests.support.transport_fakes import PEER_RUNS, RUNS, make_decode, make_prefill
