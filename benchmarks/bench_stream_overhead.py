@@ -39,12 +39,14 @@ PROMPT = [5, 6, 7, 8]
 
 def make_handler(arm: str, engine, tokenizer):
     from handlers.decode import DecodeConfig, DecodeHandler
+    from handlers.disagg.orchestration import Orchestration
     from handlers.text.preprocess import Preprocessor
 
     config = DecodeConfig(
         served_model_name="bench",
         context_length=1 << 20,
         vocab_size=2048,
+        orchestration=Orchestration.NONE,
         skip_tokenizer_init=(arm == "tokens"),
     )
     pre = Preprocessor(tokenizer) if arm == "text" else None

@@ -10,6 +10,7 @@ from handlers.core.errors import (
     EngineError, HandlerError, PrefillError, PrefillUnavailable, RequestError,
 )
 from handlers.core.health import HEALTH_CHECK_KEY, decode_health_payload, prefill_health_payload
+from handlers.disagg.orchestration import Orchestration
 from handlers.prefill import PrefillConfig, PrefillHandler
 from handlers.text.preprocess import PreprocessConfig, Preprocessor
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST
@@ -24,6 +25,7 @@ __all__ = [
     "FAKE_BOOTSTRAP_HOST",
     "HEALTH_CHECK_KEY",
     "HandlerError",
+    "Orchestration",
     "PrefillClient",
     "PrefillConfig",
     "PrefillError",

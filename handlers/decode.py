@@ -28,6 +28,7 @@ from handlers.core.live import new_rid
 from handlers.core.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
+from handlers.disagg.orchestration import Orchestration
 from handlers.disagg.prefill_handoff import PrefillHandoff
 from handlers.core.routing import routing_kwargs
 from handlers.text.preprocess import Preprocessor
@@ -49,11 +50,11 @@ class DecodeConfig:
     served_model_name: str
     context_length: int
     vocab_size: int
+    # Where each request's room comes from: none (aggregated), the frontend's prefill router
+    # (the request carries bootstrap_info) or this handler's own call to a prefill worker.
+    # No default: the worker's role decides it (components/worker/role.py).
+    orchestration: Orchestration
     skip_tokenizer_init: bool = True  # True: Tokens mode; False: Text mode
-    disaggregated: bool = False
-    # Who starts the prefill when disaggregated: this handler, over the prefill client (False),
-    # or Dynamo 1.6.1's prefill router in the frontend (True; the request carries bootstrap_info).
-    frontend_orchestrated: bool = False
     bootstrap_timeout_s: float = 30.0  # prefill's first item (the bootstrap room)
     first_token_timeout_s: float = 300.0  # queueing + prefill + KV transfer
     prefill_timeout_s: float = 600.0  # the prefill stream's whole life
@@ -82,8 +83,9 @@ class DecodeHandler(BaseHandler):
         parsers: Optional[ChatParsers] = None,
     ) -> None:
         super().__init__(engine)
-        if self._decode_orchestrated(config) and prefill_client is None:
-            raise ValueError("disaggregated decode needs a prefill client")
+        calls_prefill = config.orchestration is Orchestration.DECODE
+        if calls_prefill and prefill_client is None:
+            raise ValueError("decode-orchestrated decode needs a prefill client")
         if not config.skip_tokenizer_init and preprocessor is None:
             raise ValueError("Text mode (no skip_tokenizer_init) needs a preprocessor")
         self.config = config
@@ -93,9 +95,9 @@ class DecodeHandler(BaseHandler):
         # Claims each request's room at its prefill, so the prefill stops as soon as this half
         # ends early (docs/reference/room-watch.md): as the request arrives when the
         # frontend orchestrates, once the prefill names the room when decode does.
-        self.rooms = rooms if config.disaggregated else None
-        self._handoff: Optional[PrefillHandoff] = None  # decode-orchestrated only
-        if self._decode_orchestrated(config):
+        self.rooms = rooms if config.orchestration.disaggregated else None
+        self._handoff: Optional[PrefillHandoff] = None
+        if calls_prefill:
             self._handoff = PrefillHandoff(prefill_client, self.spawn,
                                            config.bootstrap_timeout_s, config.prefill_timeout_s)
         self._chat_logprobs = ChatLogprobs(lambda: preprocessor.tokenizer)
@@ -133,16 +135,12 @@ class DecodeHandler(BaseHandler):
 
     # --- preparing: validation, ids, sampling params --------------------------------------
 
-    @staticmethod
-    def _decode_orchestrated(config: DecodeConfig) -> bool:
-        return config.disaggregated and not config.frontend_orchestrated
-
     async def _prepare(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         if self.config.skip_tokenizer_init:
             job = self._prepare_tokens(request)
         else:
             job = await self._prepare_text(request, context)
-        if self.config.disaggregated and not self._decode_orchestrated(self.config):
+        if self.config.orchestration is Orchestration.FRONTEND:
             job.boot = request_bootstrap(request, required=True)
         return job
 
@@ -159,7 +157,8 @@ class DecodeHandler(BaseHandler):
         )
         return _Job(req.token_ids, params, req, TokenStream(req.output_options),
                     logprob_kwargs={**tokens_logprob_kwargs(req.output_options),
-                                    **routing_kwargs(req.routing, self.config.disaggregated)})
+                                    **routing_kwargs(req.routing,
+                                                     self.config.orchestration.disaggregated)})
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
@@ -192,7 +191,7 @@ class DecodeHandler(BaseHandler):
         return _Job(ids, params, prefill, stream, logprob_kwargs=logprobs)
 
     def _check_choices(self, n: Optional[int], prompt_logprobs: Optional[int] = None) -> None:
-        if self.config.disaggregated:
+        if self.config.orchestration.disaggregated:
             check_one_choice(n)
             check_no_prompt_logprobs(prompt_logprobs)
 

@@ -4,10 +4,12 @@ Starts the engine request with a bootstrap room, then yields the bootstrap info 
 keeps its stream open until the engine reports the prompt's KV delivered (last item:
 PrefillDone) or raises. It never tokenizes: the request carries token ids.
 
-Both orchestration styles arrive here, told apart by shape as Dynamo 1.6.1's handler does:
-decode's `{request, sampling_params}` wrapper (fresh room, bare BootstrapInfo first), or the
-frontend's flat preprocessed request (its `bootstrap_info` room, `disaggregated_params` first;
-handlers.disagg.frontend_disagg).
+The worker's orchestration style (`PrefillConfig.orchestration`) says which request shape it
+serves: decode's `{request, sampling_params}` wrapper (fresh room, bare BootstrapInfo first), or
+the frontend's flat preprocessed request (its `bootstrap_info` room, `disaggregated_params`
+first; handlers.disagg.frontend_disagg). The health-check canary is decode's shape in both
+styles (handlers/core/health.py); any other request of the other style's shape is a 400 naming
+the mismatch, not served by a guess.
 """
 
 import asyncio
@@ -23,8 +25,9 @@ from handlers.core.base import BaseHandler, Context, Engine, RoomEnd, RoomWatch
 from handlers.core.errors import EngineError, RequestError
 from handlers.core.finish import map_finish_reason
 from handlers.disagg.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
+from handlers.disagg.orchestration import Orchestration, takes_flat_request
 from handlers.core.guard import END, RequestGuard, Stopped, next_item
-from handlers.core.health import HEALTH_CHECK_KEY
+from handlers.core.health import is_health_check
 from handlers.core.live import new_rid
 from handlers.core.logprobs import tokens_logprob_kwargs
 from handlers.core.routing import routing_kwargs
@@ -40,9 +43,16 @@ logger = logging.getLogger(__name__)
 class PrefillConfig:
     bootstrap_host: str
     bootstrap_port: int
+    # Who sends this worker its legs: the frontend's prefill router or decode workers.
+    orchestration: Orchestration
     # Bound on the whole engine request (queueing, forward pass, KV transfer); the engine
     # bounds the transfer itself too, this catches an engine that never ends the stream.
     engine_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.orchestration.disaggregated:
+            raise ValueError("a prefill worker is disaggregated: orchestration must be "
+                             "frontend or decode")
 
 
 def new_room() -> int:
@@ -68,15 +78,20 @@ class PrefillHandler(BaseHandler):
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
     ) -> AsyncIterator[dict[str, Any]]:
-        from_frontend = isinstance(request, dict) and "request" not in request
-        ids, params, boot, logprobs = self._leg(request, from_frontend)
-        health_check = bool(request.get(HEALTH_CHECK_KEY))
+        health_check = is_health_check(request)
+        from_frontend = not health_check and takes_flat_request(self.config.orchestration,
+                                                                request)
+        ids, params, sent, logprobs = self._leg(request, from_frontend)
+        boot = sent or BootstrapInfo(bootstrap_host=self.config.bootstrap_host,
+                                     bootstrap_port=self.config.bootstrap_port,
+                                     bootstrap_room=new_room())
         if health_check:
             boot = boot.model_copy(update={"bootstrap_host": FAKE_BOOTSTRAP_HOST})
         # Watch how the room's decode half ends: the frontend sent it the same room, or (decode-
-        # orchestrated) it claims the room this leg draws once it reads it.
+        # orchestrated) it claims the room this leg draws once it reads it. A room drawn for a
+        # frontend leg without bootstrap_info has no decode half to claim it.
         watched = (self.rooms is not None and not health_check
-                   and (not from_frontend or request.get("bootstrap_info") is not None))
+                   and (not from_frontend or sent is not None))
         gone = self.rooms.watch(boot.bootstrap_room) if watched else None
         try:
             # aclosing: closing this stream early must run _serve's cleanup (the abort) now
@@ -136,9 +151,9 @@ class PrefillHandler(BaseHandler):
         yield last_item(done) if from_frontend else done.model_dump()
 
     def _leg(self, request: Any, from_frontend: bool
-             ) -> tuple[list[int], dict, BootstrapInfo, dict[str, Any]]:
-        """Ids, sampling params, the room and the engine kwargs (logprobs, routing hints) for
-        either request shape. The
+             ) -> tuple[list[int], dict, Optional[BootstrapInfo], dict[str, Any]]:
+        """Ids, sampling params, the frontend's room (None: this leg draws one) and the engine
+        kwargs (logprobs, routing hints) for either request shape. The
         first token is sampled here: its logprobs, when asked for, go to decode with the KV."""
         if from_frontend:
             ids, params, opts = prefill_leg(request)
@@ -159,10 +174,6 @@ class PrefillHandler(BaseHandler):
             params = dict(req.sampling_params)
             if "n" in params:
                 params["n"] = 1
-        if boot is None:  # the frontend's completed path, or decode-orchestrated
-            boot = BootstrapInfo(bootstrap_host=self.config.bootstrap_host,
-                                 bootstrap_port=self.config.bootstrap_port,
-                                 bootstrap_room=new_room())
         return ids, params, boot, {**tokens_logprob_kwargs(opts), **routing}
 
     async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard,

@@ -6,7 +6,10 @@ Decode -> prefill (ZMQ DEALER -> the prefill's bootstrap ROUTER):
                 equal the prefill's), and (with a shared secret) a nonce, a timestamp and an
                 HMAC of the rest;
   ``Register``  once per room: where the room's KV goes (destination runs in decode memory);
-  ``Abort``     decode gave the room up; prefill stops, drains any WRITE, then answers ``AbortAck``.
+  ``Abort``     decode gave the room up; prefill stops, drains any WRITE, then answers ``AbortAck``;
+  ``Probe``     once per prefill, before any ``Register``: WRITE ``PROBE_BYTES`` of the known
+                pattern into this slot of the decode's probe buffer (declared in the Hello),
+                with a notification, so the decode knows the KV path works before using it.
 Prefill -> decode (ROUTER -> DEALER):
   ``Welcome``   the Hello was accepted: the prefill's NIXL agent name (the only agent whose KV
                 notifications decode accepts for rooms on this connection), HMAC'd with the
@@ -18,9 +21,11 @@ Prefill -> decode (ROUTER -> DEALER):
   ``Abort``     prefill failed or gave the room up; no WRITE of the room is in flight any more;
   ``AbortAck``  answer to a decode ``Abort``: no WRITE of the room is in flight any more;
   ``Written``   the room's WRITE is DONE: a wake-up only, so decode reads the NIXL notification
-                now rather than at the end of its poll slice (the notification stays the signal).
+                now rather than at the end of its poll slice (the notification stays the signal);
+  ``Probed``    the probe's WRITE is DONE (a wake-up, as ``Written``) or failed (``reason``).
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
-  ``KVNotif``   ``{room, first_token, logprob?, cached_tokens?}``: ``logprob`` only when the
+  ``KVNotif``   ``{room, first_token, logprob?, cached_tokens?}`` (a probe's: ``room`` is the
+                probe's nonce, ``first_token`` 0): ``logprob`` only when the
                 request asked for logprobs (the first token's, and its top alternatives, as
                 ``FirstLogprob``); ``cached_tokens`` only when the prefill's cache served some
                 of the prompt.
@@ -54,6 +59,11 @@ Token = Annotated[bytes, msgspec.Meta(max_length=64)]
 # UCX endpoint error handling (NIXL's ``ucx_error_handling_mode``): UCX refuses to connect
 # endpoints whose modes differ, so the prefill checks the decode's in its Hello.
 UcxErrorHandling = Literal["none", "peer"]
+
+# The KV path probe: each probe WRITEs PROBE_BYTES into one of PROBE_SLOTS slots of the decode's
+# probe buffer (one slot per prefill being probed at once).
+PROBE_BYTES = 256
+PROBE_SLOTS = 16
 
 # Enforced by ZMQ (MAXMSGSIZE drops the connection) and again before any decode.
 MAX_MESSAGE_BYTES = 2 << 20
@@ -91,6 +101,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True
     sent_at: float = 0.0  # with a shared secret: Unix time, bounds how long a replay is checked
     mac: Token = b""  # with a shared secret: HMAC-SHA256 of this Hello with mac=b""
     ucx_error_handling: UcxErrorHandling = "peer"  # absent: NIXL's default
+    probe_base: Address = 0  # the decode's probe buffer (PROBE_SLOTS * PROBE_BYTES): 0, none
 
 
 class Register(msgspec.Struct, tag="register", frozen=True, forbid_unknown_fields=True):
@@ -134,6 +145,18 @@ class Written(msgspec.Struct, tag="written", frozen=True, forbid_unknown_fields=
     agent_name: AgentName
 
 
+class Probe(msgspec.Struct, tag="probe", frozen=True, forbid_unknown_fields=True):
+    nonce: Room  # also the probe notification's ``room``: picked unlike any live room
+    agent_name: AgentName
+    slot: Annotated[int, msgspec.Meta(ge=0, lt=PROBE_SLOTS)]
+
+
+class Probed(msgspec.Struct, tag="probed", frozen=True, forbid_unknown_fields=True):
+    nonce: Room
+    agent_name: AgentName
+    reason: Message = ""  # empty: the WRITE is DONE; else why it failed
+
+
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 
 
@@ -155,8 +178,8 @@ class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     cached_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] = 0
 
 
-ToPrefill = Union[Hello, Register, Abort]
-ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding, Written]
+ToPrefill = Union[Hello, Register, Abort, Probe]
+ToDecode = Union[Abort, AbortAck, Welcome, Refused, Holding, Written, Probed]
 
 _encoder = msgspec.msgpack.Encoder()
 to_prefill_decoder = msgspec.msgpack.Decoder(type=ToPrefill)
@@ -165,5 +188,5 @@ notif_decoder = msgspec.msgpack.Decoder(type=KVNotif)
 
 
 def encode(msg: Hello | Register | Abort | AbortAck | Welcome | Refused | Holding | Written
-           | KVNotif) -> bytes:
+           | Probe | Probed | KVNotif) -> bytes:
     return _encoder.encode(msg)

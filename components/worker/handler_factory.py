@@ -40,7 +40,8 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
     """`rooms`: the room watch (prefill) or the room claims (decode), frontend-orchestrated."""
     if config.role.prefill:
         host, port = bootstrap_endpoint(config, engine)
-        return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port),
+        return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port,
+                                                    orchestration=config.role.orchestration),
                               rooms=rooms)
     limits = config.backend.limits(engine)
     preprocessor = None
@@ -53,8 +54,7 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
         context_length=limits.request_token_limit,
         vocab_size=_vocab_size(engine),
         skip_tokenizer_init=config.role.skip_tokenizer_init,
-        disaggregated=config.role.decode,
-        frontend_orchestrated=config.role.frontend_orchestrated,
+        orchestration=config.role.orchestration,
         bootstrap_timeout_s=config.dynamo.prefill_wait_timeout,
     )
     return DecodeHandler(engine, decode_config, prefill_client=prefill_client,

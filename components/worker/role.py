@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from handlers.disagg.orchestration import Orchestration
+
 
 class WorkerMode(Enum):
     AGGREGATED = "agg"
@@ -75,19 +77,28 @@ class WorkerRole:
         return not self.skip_tokenizer_init
 
     @property
+    def orchestration(self) -> Orchestration:
+        """Who starts this worker's prefill legs, the one value both handlers get: none when
+        aggregated, else the flag's (`--disagg-orchestrator`)."""
+        if self.aggregated:
+            return Orchestration.NONE
+        return {Orchestrator.FRONTEND: Orchestration.FRONTEND,
+                Orchestrator.DECODE: Orchestration.DECODE}[self.orchestrator]
+
+    @property
     def frontend_orchestrated(self) -> bool:
         """Disaggregated, with the frontend's prefill router starting each prefill."""
-        return not self.aggregated and self.orchestrator is Orchestrator.FRONTEND
+        return self.orchestration is Orchestration.FRONTEND
 
     @property
     def calls_prefill(self) -> bool:
         """A decode worker that sends each request's prefill to a prefill worker itself."""
-        return self.decode and self.orchestrator is Orchestrator.DECODE
+        return self.decode and self.orchestration is Orchestration.DECODE
 
     @property
     def receives_rooms(self) -> bool:
         """A decode worker whose requests carry the room the frontend drew (`bootstrap_info`)."""
-        return self.decode and self.orchestrator is Orchestrator.FRONTEND
+        return self.decode and self.orchestration is Orchestration.FRONTEND
 
     @property
     def claims_rooms(self) -> bool:
@@ -99,7 +110,7 @@ class WorkerRole:
     @property
     def registers(self) -> bool:
         """Registers with the frontend; a decode-orchestrated prefill serves a private endpoint."""
-        return not (self.prefill and self.orchestrator is Orchestrator.DECODE)
+        return not (self.prefill and self.orchestration is Orchestration.DECODE)
 
     @property
     def streams_tokens(self) -> bool:

@@ -33,3 +33,9 @@ def prefill_health_payload(bos_token_id: int) -> dict[str, Any]:
         "sampling_params": {"max_new_tokens": 1, "temperature": 0.0, "top_p": 1.0, "top_k": -1},
         HEALTH_CHECK_KEY: True,
     }
+
+
+def is_health_check(request: Any) -> bool:
+    """Our own canary (the runtime sends it, marked), in decode's request shape in both
+    orchestration styles."""
+    return isinstance(request, dict) and bool(request.get(HEALTH_CHECK_KEY))

@@ -9,7 +9,10 @@ Checks, on the CPU engine: greedy disaggregated output equals aggregated in Toke
 (frontend-orchestrated, every worker bound to its host's address) and in Text mode
 (decode-orchestrated, every worker bound to 0.0.0.0); clients that leave free the prefill; a
 SIGKILLed prefill fails requests within a bound instead of hanging them, and one restarted at
-the same address (same host, bootstrap and room-watch ports) serves exactly again. On
+the same address (same host, bootstrap and room-watch ports) serves exactly again; a KV path
+that loses notifications (UCX's default adaptive progress) fails its probe, so requests get a
+503 within the probe's bound (and at once after that), and with the probe off a request's lost
+notification fails it within 5 s of the prefill's Written. On
 ``--engine sglang``: exactness, frontend-orchestrated.
 
 Where namespaces cannot be made (not root, no ``ip``), the module skips saying why.
@@ -26,6 +29,7 @@ import pytest
 
 from components.engine.disagg.transport.events import NOTIF_GRACE_S, NOTIF_LOST
 from components.engine.disagg.transport.nixl_endpoint import ADAPTIVE_PROGRESS_ENV
+from components.engine.disagg.transport.path_probe import PROBE_ENV, PROBE_TIMEOUT_S
 from harness.multihost import HostStack, log_lines
 from harness.netns import Hosts, unavailable
 from harness.topology import wait_until
@@ -173,9 +177,10 @@ def test_cpu_lost_notification_fails_the_request_and_is_not_counted(tmp_path_fac
     (not at the 30 s transfer timeout), both sides log it naming the peer and the transport,
     and the prefill stops counting the WRITE as done."""
     cpu_tokens.stop()  # one stack at a time on small machines
+    # No KV path probe: it would catch the broken path before any request's WRITE (next test).
     stack = start_split(tmp_path_factory.mktemp("mh-lost"), tiny_model_path, hosts, services,
                         skip_tokenizer_init=True, orchestrator=DECODE_ORCHESTRATED,
-                        env={ADAPTIVE_PROGRESS_ENV: "y"}, probe=False)
+                        env={ADAPTIVE_PROGRESS_ENV: "y", PROBE_ENV: "0"}, probe=False)
     try:
         prefix = f"v1/instances/{stack.namespace}/prefill/"
         wait_until(lambda: services.etcd_items(prefix), 60, "the prefill to register")
@@ -190,6 +195,40 @@ def test_cpu_lost_notification_fails_the_request_and_is_not_counted(tmp_path_fac
         assert decode and "10.231.0.2" in decode[0] and "UCX" in decode[0], decode
         wait_until(lambda: log_lines(stack.procs["prefill"].log_path, "no longer counted"), 10,
                    "the prefill to stop counting the WRITE")
+    finally:
+        stack.stop()
+
+
+def test_cpu_broken_kv_path_is_reported_at_once_and_its_requests_get_503s(
+        tmp_path_factory, tiny_model_path, hosts, services, cpu_tokens):
+    """The same broken path (UCX's default adaptive progress), frontend-orchestrated: the
+    decode's first transfer to the prefill is a probe; its notification does not arrive, so the
+    decode logs why (naming the prefill, the transport and the settings) and ends the request
+    with a 503 within the probe's bound, not the 30 s transfer timeout; the next request for
+    that prefill gets its 503 at once."""
+    cpu_tokens.stop()
+    stack = start_split(tmp_path_factory.mktemp("mh-broken"), tiny_model_path, hosts, services,
+                        skip_tokenizer_init=True, orchestrator=FRONTEND_ORCHESTRATED,
+                        env={ADAPTIVE_PROGRESS_ENV: "y"}, probe=False)
+    try:
+        body = {"model": DISAGG, "messages": user("broken?"), "max_tokens": 4}
+
+        def ask() -> tuple[int, str, float]:
+            t0 = time.monotonic()
+            r = stack.call(lambda: httpx.post(f"{stack.url}/v1/chat/completions", json=body,
+                                              timeout=60))
+            return r.status_code, r.text, time.monotonic() - t0
+
+        first, second = ask(), ask()
+        print(f"broken KV path: {first[0]} after {first[2]:.1f} s, then {second[0]} after "
+              f"{second[2]:.2f} s")
+        # The 1.6.1 frontend answers a worker's 503 with its own body; the why is in the log.
+        assert first[0] == 503, first
+        assert first[2] < PROBE_TIMEOUT_S + 10
+        assert second[0] == 503 and second[2] < 2.0, second
+        [line] = log_lines(stack.procs["decode"].log_path, "failed its check")[:1]
+        for part in ("10.231.0.2", "notification", "UCX_PROTO_INFO=y", ADAPTIVE_PROGRESS_ENV):
+            assert part in line, line
     finally:
         stack.stop()
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import torch
+
 from components.engine.disagg.transport.decode_side import DecodeSide
 from components.engine.disagg.transport.prefill_side import PrefillSide
 from components.engine.disagg.transport.runs import check_within
-from protocol.kv_side_channel import Hello, Welcome
+from protocol.kv_side_channel import PROBE_BYTES, PROBE_SLOTS, Hello, Welcome
 
 BASE, SIZE = 0x10000, 0x10000
 RUNS = [(BASE, 256), (BASE + 1024, 256)]
 PEER_RUNS = [(BASE + 4096, 512)]  # same bytes, different split
+PROBE_BASE = 0x40000
 
 
 class FakeNixlError(Exception):
@@ -22,6 +25,9 @@ class FakeNixl:
     ucx_error_handling = "peer"  # what a Hello that does not name a mode declares
 
     def __init__(self, write_state: str = "PROC") -> None:
+        # The KV path probe's buffer, as NixlEndpoint registers it (path_probe.py)
+        self.probe = torch.zeros(PROBE_SLOTS * PROBE_BYTES, dtype=torch.uint8)
+        self.probe_base = PROBE_BASE
         self.peers: set[str] = set()
         self.write_state = write_state
         self.states: dict[int, str] = {}
@@ -100,9 +106,10 @@ def make_prefill(write_state="PROC", bootstrap_timeout=5.0, transfer_timeout=5.0
     return side, nixl, server, events
 
 
-def make_decode(connected=True, transfer_timeout=5.0):
+def make_decode(connected=True, transfer_timeout=5.0, probe=False):
     nixl, client, events = FakeNixl(), FakeClient(connected), []
-    return DecodeSide(nixl, client, transfer_timeout, events.append), nixl, client, events
+    side = DecodeSide(nixl, client, transfer_timeout, events.append, probe=probe)
+    return side, nixl, client, events
 
 
 def welcome(side, endpoint=("127.0.0.1", 5000), agent="pre"):

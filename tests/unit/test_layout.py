@@ -6,7 +6,9 @@
 - only the worker (`components/worker/`) imports `dynamo`, and only the SGLang backend's own
   modules (`components/backends/sglang_*.py`) import `sglang`;
 - which engine runs and who orchestrates are decided once (`components/backends/select.py`,
-  `components/worker/role.py`): no other module compares them as strings.
+  `components/worker/role.py`): no other module compares them as strings, and only role.py
+  derives the `Orchestration` both handlers get (`handlers/disagg/orchestration.py`): every
+  other module only compares a value it was handed with its members.
 """
 
 from __future__ import annotations
@@ -98,3 +100,37 @@ def test_engine_kind_and_orchestrator_are_decided_in_one_place():
                                   'if style in ("frontend", "decode"):'])
 def test_the_compare_pattern_catches_what_it_is_for(line):
     assert KIND_COMPARE.search(line)
+
+
+ORCHESTRATION_HOME = ("components/worker/role.py", "handlers/disagg/orchestration.py")
+
+
+def _orchestration_derivations(source: str) -> list[str]:
+    """`Orchestration(...)` calls and `Orchestration.X` members used other than as the right
+    side of a comparison (`style is Orchestration.DECODE` reads; `orchestration=Orchestration.
+    DECODE` picks one)."""
+    tree = ast.parse(source)
+    compared = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                for c in node.comparators}
+    hits = []
+    for node in ast.walk(tree):
+        named = (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                 and node.value.id == "Orchestration")
+        called = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "Orchestration")
+        if called or (named and id(node) not in compared):
+            hits.append(f"{node.lineno}: {ast.unparse(node)}")
+    return hits
+
+
+def test_only_the_role_derives_the_orchestration():
+    assert [f"{_rel(p)}:{hit}" for p in _sources() if _rel(p) not in ORCHESTRATION_HOME
+            for hit in _orchestration_derivations(p.read_text())] == []
+
+
+def test_the_orchestration_rule_catches_a_derivation():
+    source = ("cfg = Config(orchestration=Orchestration.DECODE)\n"
+              "style = Orchestration(flag)\n"
+              "calls = style is Orchestration.DECODE\n")
+    assert sorted(_orchestration_derivations(source)) == [
+        "1: Orchestration.DECODE", "2: Orchestration(flag)"]

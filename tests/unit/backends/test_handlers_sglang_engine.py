@@ -5,13 +5,15 @@ rids that only closing the stream aborts."""
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler
+from handlers.disagg.orchestration import Orchestration
 from handlers.core.errors import RequestError
 from tests.support.handler_fakes import FakeContext, collect
 from tests.support.sglang_fake import SGLangLikeEngine
 
 pytestmark = pytest.mark.timeout(10)
 
-AGG = DecodeConfig(served_model_name="tiny", context_length=4096, vocab_size=100)
+AGG = DecodeConfig(served_model_name="tiny", context_length=4096, vocab_size=100,
+                   orchestration=Orchestration.NONE)
 REQUEST = {"token_ids": [1, 2, 3], "stop_conditions": {"max_tokens": 500},
            "sampling_options": {"temperature": 0.7}, "eos_token_ids": [2]}
 SGLANG_MESSAGE = "top_k must be -1 (disable) or at least 1, got 0."
@@ -27,7 +29,8 @@ async def test_decode_turns_sglangs_first_read_value_error_into_a_request_error(
 async def test_prefill_refused_on_first_read_sends_no_bootstrap_info():
     engine = SGLangLikeEngine(reject=SGLANG_MESSAGE)
     handler = PrefillHandler(engine, PrefillConfig(bootstrap_host="127.0.0.1",
-                                                   bootstrap_port=18998))
+                                                   bootstrap_port=18998,
+                                                   orchestration=Orchestration.DECODE))
     request = {"request": {"token_ids": [1, 2, 3]}, "sampling_params": {"top_k": 0}}
     items = []
     with pytest.raises(RequestError, match="top_k must be"):

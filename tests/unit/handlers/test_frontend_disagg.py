@@ -18,6 +18,7 @@ from handlers import (
     FAKE_BOOTSTRAP_HOST, DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler,
 )
 from handlers.core.errors import RequestError
+from handlers.disagg.orchestration import Orchestration
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(10)
@@ -116,7 +117,8 @@ def test_frontend_style_decode_canary_carries_a_fake_room():
 
 # --- the prefill leg ------------------------------------------------------------------------
 
-PREFILL_CONFIG = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998)
+PREFILL_CONFIG = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998,
+                               orchestration=Orchestration.FRONTEND)
 
 
 async def test_prefill_uses_the_frontends_room_and_yields_disaggregated_params_first():
@@ -164,7 +166,7 @@ async def test_prefill_refuses_what_decode_refuses_before_touching_the_engine(ch
 # --- the decode leg -------------------------------------------------------------------------
 
 FRONTEND_DECODE = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                               disaggregated=True, frontend_orchestrated=True)
+                               orchestration=Orchestration.FRONTEND)
 
 
 async def test_decode_joins_the_frontends_room():
@@ -189,6 +191,17 @@ async def test_decode_without_a_usable_bootstrap_info_is_a_request_error(boot, w
     with pytest.raises(RequestError, match=words):
         await collect(DecodeHandler(engine, FRONTEND_DECODE).generate(request, FakeContext()))
     assert engine.calls == []
+
+
+@pytest.mark.parametrize("mode, style, expected", [
+    ("null", "frontend", "NONE"), ("null", "decode", "NONE"),
+    ("prefill", "frontend", "FRONTEND"), ("decode", "frontend", "FRONTEND"),
+    ("prefill", "decode", "DECODE"), ("decode", "decode", "DECODE"),
+])
+def test_the_role_decides_the_orchestration_both_handlers_get(mode, style, expected):
+    cfg = parse_args([*MODEL, "--disaggregation-mode", mode, "--skip-tokenizer-init",
+                      "--disagg-orchestrator", style])
+    assert cfg.role.orchestration is Orchestration[expected]
 
 
 @pytest.mark.parametrize("mode", ["prefill", "decode"])

@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
+from handlers.disagg.orchestration import Orchestration
 from handlers.core.errors import EngineError, PrefillError, PrefillUnavailable, RequestError
 from tests.support.handler_fakes import (
     BOOT,
@@ -19,9 +20,11 @@ from tests.support.handler_fakes import (
 
 pytestmark = pytest.mark.timeout(10)
 
-AGG = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100)
+AGG = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
+                   orchestration=Orchestration.NONE)
 DISAGG = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                      disaggregated=True, bootstrap_timeout_s=0.3, first_token_timeout_s=5)
+                      orchestration=Orchestration.DECODE, bootstrap_timeout_s=0.3,
+                      first_token_timeout_s=5)
 REQUEST = {"token_ids": [1, 2, 3], "stop_conditions": {"max_tokens": 3},
            "sampling_options": {"temperature": 0.0}, "eos_token_ids": [2]}
 CHUNKS = [chunk([10], completion=1), chunk([11], completion=2),
@@ -242,7 +245,7 @@ async def test_closing_the_generator_aborts():
 async def test_first_token_wait_is_bounded():
     engine = FakeEngine(hold=True)
     config = DecodeConfig(served_model_name="t", context_length=64, vocab_size=100,
-                          first_token_timeout_s=0.2)
+                          orchestration=Orchestration.NONE, first_token_timeout_s=0.2)
     with pytest.raises(EngineError, match="no first token within 0.2 s"):
         await collect(DecodeHandler(engine, config).generate(REQUEST, FakeContext()))
     assert engine.aborts == [engine.calls[0]["rid"]]
@@ -259,7 +262,7 @@ def test_constructor_checks_its_dependencies():
     with pytest.raises(ValueError, match="prefill client"):
         DecodeHandler(FakeEngine(), DISAGG)
     text = DecodeConfig(served_model_name="t", context_length=8, vocab_size=8,
-                        skip_tokenizer_init=False)
+                        orchestration=Orchestration.NONE, skip_tokenizer_init=False)
     with pytest.raises(ValueError, match="preprocessor"):
         DecodeHandler(FakeEngine(), text)
 

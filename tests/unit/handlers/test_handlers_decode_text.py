@@ -5,6 +5,7 @@ import pytest
 
 from handlers import DecodeConfig, DecodeHandler
 from handlers.core.errors import RequestError
+from handlers.disagg.orchestration import Orchestration
 from tests.support.handler_fakes import BOOT, FakeContext, FakeEngine, FakePrefillClient, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)
@@ -19,7 +20,7 @@ ENGINE_CHUNKS = [
 
 def config(**kw):
     base = dict(served_model_name="tiny", context_length=512, vocab_size=2048,
-                skip_tokenizer_init=False)
+                skip_tokenizer_init=False, orchestration=Orchestration.NONE)
     return DecodeConfig(**{**base, **kw})
 
 
@@ -60,7 +61,7 @@ async def test_text_disagg_sends_token_ids_not_messages(pre, tok):
 
     prefill = FakePrefillClient(items)
     engine = FakeEngine(ENGINE_CHUNKS)
-    handler = DecodeHandler(engine, config(disaggregated=True), prefill, pre)
+    handler = DecodeHandler(engine, config(orchestration=Orchestration.DECODE), prefill, pre)
     await collect(handler.generate({"messages": MESSAGES, "max_tokens": 3}, FakeContext()))
     sent = prefill.requests[0]
     assert sent["request"]["token_ids"] == expected_ids(tok)
@@ -90,7 +91,7 @@ async def test_text_mode_bad_requests(pre, request_body, message):
 
 async def test_text_disagg_rejects_n2(pre):
     with pytest.raises(RequestError, match="supports only n=1"):
-        await collect(DecodeHandler(FakeEngine(), config(disaggregated=True),
+        await collect(DecodeHandler(FakeEngine(), config(orchestration=Orchestration.DECODE),
                                     FakePrefillClient(None), pre)
                       .generate({"messages": MESSAGES, "n": 2}, FakeContext()))
 

@@ -6,6 +6,7 @@ import pytest
 from handlers import DecodeConfig, DecodeHandler
 from handlers.core.errors import RequestError
 from handlers.core.logprobs import ChatLogprobs
+from handlers.disagg.orchestration import Orchestration
 from tests.support.handler_fakes import BOOT, FakeContext, FakeEngine, FakePrefillClient, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)
@@ -29,7 +30,9 @@ STREAM = [lp_chunk([65]), lp_chunk([66, 67], {"type": "length", "length": 3}, co
 
 def handler(engine, tokens=True, pre=None, prefill=None):
     config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=1000,
-                          skip_tokenizer_init=tokens, disaggregated=prefill is not None)
+                          skip_tokenizer_init=tokens,
+                          orchestration=(Orchestration.DECODE if prefill is not None
+                                         else Orchestration.NONE))
     return DecodeHandler(engine, config, prefill_client=prefill, preprocessor=pre)
 
 

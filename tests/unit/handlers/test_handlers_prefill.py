@@ -2,16 +2,19 @@
 the engine is done, abort on cancel, errors raised."""
 
 import asyncio
+import dataclasses
 
 import pytest
 
 from handlers import FAKE_BOOTSTRAP_HOST, PrefillConfig, PrefillHandler, prefill_health_payload
+from handlers.disagg.orchestration import Orchestration
 from handlers.core.errors import EngineError, RequestError
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect, wait_until
 
 pytestmark = pytest.mark.timeout(10)
 
-CONFIG = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998)
+CONFIG = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998,
+                       orchestration=Orchestration.DECODE)
 REQUEST = {"request": {"token_ids": [1, 2, 3, 4]},
            "sampling_params": {"max_new_tokens": 5, "temperature": 0.0}}
 DONE = chunk([9], {"type": "length", "length": 1}, prompt=4, completion=1, cached=2)
@@ -99,7 +102,8 @@ async def test_engine_abort_with_status_raises():
 
 async def test_engine_timeout_is_bounded():
     engine = FakeEngine(hold=True)
-    handler = PrefillHandler(engine, PrefillConfig("h", 1, engine_timeout_s=0.2))
+    handler = PrefillHandler(engine, PrefillConfig("h", 1, Orchestration.DECODE,
+                                                   engine_timeout_s=0.2))
     stream = handler.generate(REQUEST, FakeContext())
     await anext(stream)
     with pytest.raises(EngineError, match="within 0.2 s"):
@@ -121,11 +125,36 @@ async def test_bad_request_is_a_request_error(bad, message):
     assert engine.calls == []
 
 
-async def test_health_check_uses_the_fake_bootstrap_host_and_yields_only_done():
+@pytest.mark.parametrize("style", [Orchestration.DECODE, Orchestration.FRONTEND])
+async def test_health_check_uses_the_fake_bootstrap_host_and_yields_only_done(style):
+    """The canary is decode's shape in both styles (handlers/core/health.py)."""
     engine = FakeEngine([DONE])
-    out = await collect(PrefillHandler(engine, CONFIG).generate(prefill_health_payload(1), None))
+    config = dataclasses.replace(CONFIG, orchestration=style)
+    out = await collect(PrefillHandler(engine, config).generate(prefill_health_payload(1), None))
     assert out == [{"finished": True, "prompt_tokens": 4, "cached_tokens": 2}]
     assert engine.calls[0]["bootstrap_host"] == FAKE_BOOTSTRAP_HOST
+
+
+FLAT = {"token_ids": [1, 2, 3, 4], "stop_conditions": {"max_tokens": 1}}
+
+
+@pytest.mark.parametrize("style, request_, words", [
+    (Orchestration.DECODE, FLAT, "decode-orchestrated .* got a flat preprocessed request"),
+    (Orchestration.FRONTEND, REQUEST, "frontend-orchestrated .* got a decode worker's"),
+    (Orchestration.DECODE, [1, 2], "must be an object"),
+])
+async def test_the_other_styles_request_shape_is_a_request_error_naming_the_style(
+        style, request_, words):
+    engine = FakeEngine([DONE])
+    config = dataclasses.replace(CONFIG, orchestration=style)
+    with pytest.raises(RequestError, match=words):
+        await collect(PrefillHandler(engine, config).generate(request_, FakeContext()))
+    assert engine.calls == []
+
+
+def test_a_prefill_config_is_disaggregated():
+    with pytest.raises(ValueError, match="frontend or decode"):
+        PrefillConfig("h", 1, Orchestration.NONE)
 
 
 async def test_cleanup_cancels_tracked_tasks():

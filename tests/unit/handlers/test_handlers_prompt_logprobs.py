@@ -8,6 +8,7 @@ import pytest
 from handlers import DecodeConfig, DecodeHandler
 from handlers.core.errors import RequestError
 from handlers.disagg.frontend_disagg import prefill_leg
+from handlers.disagg.orchestration import Orchestration
 from tests.support.handler_fakes import BOOT, FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)
@@ -23,8 +24,9 @@ class _Pre:
 
 def handler(engine, tokens=True, disaggregated=False):
     config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=1000,
-                          skip_tokenizer_init=tokens, disaggregated=disaggregated,
-                          frontend_orchestrated=disaggregated)
+                          skip_tokenizer_init=tokens,
+                          orchestration=(Orchestration.FRONTEND if disaggregated
+                                         else Orchestration.NONE))
     return DecodeHandler(engine, config, preprocessor=None if tokens else _Pre())
 
 

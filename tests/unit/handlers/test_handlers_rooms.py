@@ -6,12 +6,14 @@ how it ended."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler, PrefillConfig, PrefillHandler
 from handlers.core.errors import RequestError
+from handlers.disagg.orchestration import Orchestration
 from tests.support.handler_fakes import (
     FakeContext, FakeEngine, FakePrefillClient, chunk, collect, wait_until,
 )
@@ -19,7 +21,9 @@ from tests.unit.handlers.test_frontend_disagg import BOOT, DECODE_REQ, FLAT
 
 pytestmark = pytest.mark.timeout(10)
 
-CONFIG = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998)
+CONFIG = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998,
+                       orchestration=Orchestration.FRONTEND)
+DECODE_STYLE = dataclasses.replace(CONFIG, orchestration=Orchestration.DECODE)
 ROOM = BOOT["bootstrap_room"]
 
 
@@ -69,7 +73,7 @@ async def test_the_decode_half_ending_mid_prefill_aborts_it_and_ends_quietly():
 async def test_a_decode_orchestrated_leg_watches_the_room_it_draws():
     watch, engine = FakeWatch(), FakeEngine(hold=True)
     wrapped = {"request": {"token_ids": [1, 2, 3]}, "sampling_params": {"max_new_tokens": 1}}
-    stream = PrefillHandler(engine, CONFIG, rooms=watch).generate(wrapped, FakeContext())
+    stream = PrefillHandler(engine, DECODE_STYLE, rooms=watch).generate(wrapped, FakeContext())
     first = await asyncio.wait_for(anext(stream), 5)
     assert list(watch.legs) == [first["bootstrap_room"]]
     watch.legs[first["bootstrap_room"]].set_result(
@@ -91,7 +95,7 @@ class FakeClaims:
 
 
 DECODE = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                      disaggregated=True, frontend_orchestrated=True)
+                      orchestration=Orchestration.FRONTEND)
 TWO = chunk([5, 6], {"type": "length", "length": 2}, prompt=3, completion=2)
 
 
@@ -131,7 +135,7 @@ async def test_a_decode_orchestrated_half_claims_the_room_its_prefill_names():
 
     claims, ctx = FakeClaims(), FakeContext()
     config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                          disaggregated=True, frontend_orchestrated=False)
+                          orchestration=Orchestration.DECODE)
     handler = DecodeHandler(FakeEngine(hold=True), config, FakePrefillClient(items),
                             rooms=claims)
     pending = asyncio.ensure_future(anext(handler.generate(DECODE_REQ, ctx)))

@@ -4,6 +4,7 @@ when it is present with a non-default value (the engine is never called)."""
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
+from handlers.disagg.orchestration import Orchestration
 from handlers.core.errors import RequestError
 from tests.support.handler_fakes import FakeEngine, chunk, collect
 
@@ -24,7 +25,7 @@ class _Pre:
 
 def handler(tokens: bool, engine: FakeEngine) -> DecodeHandler:
     config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
-                          skip_tokenizer_init=tokens)
+                          orchestration=Orchestration.NONE, skip_tokenizer_init=tokens)
     return DecodeHandler(engine, config, preprocessor=None if tokens else _Pre())
 
 

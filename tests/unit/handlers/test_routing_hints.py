@@ -2,21 +2,28 @@
 passes them: `priority`, the KV router's `dp_rank` (`routed_dp_rank`) and, on a disaggregated
 decode, the prefill's rank (`disagg_prefill_dp_rank`); a malformed one is the client's 400."""
 
+import dataclasses
+
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
 from handlers.core.errors import RequestError
 from handlers.prefill import PrefillConfig, PrefillHandler
+from handlers.disagg.orchestration import Orchestration
 from handlers.core.routing import DP_RANK_UNSET
 from tests.support.handler_fakes import FakeContext, FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(10)
 
-AGG = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100)
+AGG = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=100,
+                   orchestration=Orchestration.NONE)
 TOKENS = {"token_ids": [1, 2, 3], "stop_conditions": {"max_tokens": 1},
           "sampling_options": {"temperature": 0.0}, "eos_token_ids": [2]}
 DONE = chunk([9], {"type": "length", "length": 1}, prompt=3, completion=1)
-PREFILL = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998)
+PREFILL = PrefillConfig(bootstrap_host="127.0.0.1", bootstrap_port=18998,
+                        orchestration=Orchestration.FRONTEND)
+# a decode-orchestrated prefill: the decode's {request, sampling_params}
+PREFILL_CALLED = dataclasses.replace(PREFILL, orchestration=Orchestration.DECODE)
 
 
 async def test_an_aggregated_request_passes_its_priority():
@@ -33,14 +40,14 @@ async def test_without_a_priority_the_engine_gets_none():
     assert "priority" not in engine.calls[0]
 
 
-@pytest.mark.parametrize("request_", [
-    {**TOKENS, "routing": {"priority": -3}},  # the frontend's flat prefill leg
-    {"request": {**TOKENS, "routing": {"priority": -3}},  # decode-orchestrated
-     "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}},
+@pytest.mark.parametrize("config, request_", [
+    (PREFILL, {**TOKENS, "routing": {"priority": -3}}),  # the frontend's flat prefill leg
+    (PREFILL_CALLED, {"request": {**TOKENS, "routing": {"priority": -3}},
+                      "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}),
 ])
-async def test_a_prefill_leg_passes_its_priority(request_):
+async def test_a_prefill_leg_passes_its_priority(config, request_):
     engine = FakeEngine([DONE])
-    await collect(PrefillHandler(engine, PREFILL).generate(request_, FakeContext()))
+    await collect(PrefillHandler(engine, config).generate(request_, FakeContext()))
     assert engine.calls[0]["priority"] == -3
 
 
@@ -74,7 +81,7 @@ async def test_the_routers_unset_rank_is_no_rank():
 
 async def test_a_decode_orchestrated_prefill_does_not_take_the_decodes_rank():
     engine = FakeEngine([DONE])
-    await collect(PrefillHandler(engine, PREFILL).generate(
+    await collect(PrefillHandler(engine, PREFILL_CALLED).generate(
         {"request": {**TOKENS, "routing": {"dp_rank": 3, "priority": 1}},
          "sampling_params": {"max_new_tokens": 1}}, FakeContext()))
     assert "routed_dp_rank" not in engine.calls[0] and engine.calls[0]["priority"] == 1

@@ -9,7 +9,7 @@ import time
 import pytest
 from transformers import PreTrainedTokenizerBase
 
-from handlers import DecodeConfig, DecodeHandler, PreprocessConfig, Preprocessor
+from handlers import DecodeConfig, DecodeHandler, Orchestration, PreprocessConfig, Preprocessor
 from handlers.core.errors import RequestError
 from handlers.text.render_budget import RenderTimeout, within_budget
 from handlers.text.template_kwargs import MAX_KWARGS_BYTES, RESERVED_KEYS
@@ -28,7 +28,7 @@ SLOW_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
 
 def text_handler(engine, pre) -> DecodeHandler:
     config = DecodeConfig(served_model_name="tiny", context_length=512, vocab_size=2048,
-                          skip_tokenizer_init=False)
+                          orchestration=Orchestration.NONE, skip_tokenizer_init=False)
     return DecodeHandler(engine, config, preprocessor=pre)
 
 

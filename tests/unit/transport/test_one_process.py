@@ -117,7 +117,8 @@ def test_layout_mismatch_fails_both_sides_over_real_transport(pair):
     pre, dec = pair
     dec.add_decode(17, HOST, pre.transport.bootstrap_port, 20)
     pre.add_prefill(17, 21, first_token=1)
-    ev = poll_until([pre], lambda e: e.get("room") == 17, 5)
+    # The decode is polled too: its Register goes out once its KV path probe has passed.
+    ev = poll_until([pre, dec], lambda e: e.get("room") == 17, 5)
     assert ev["event"] == "failed" and "KV layout mismatch" in ev["message"]
     ev = poll_until([dec], lambda e: e.get("room") == 17, 5)
     assert ev["event"] == "failed" and "KV layout mismatch" in ev["message"]

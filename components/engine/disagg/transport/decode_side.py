@@ -33,11 +33,12 @@ from components.engine.disagg.transport.events import (
     notif_grace, notif_lost_message,
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
+from components.engine.disagg.transport.path_probe import DecodeProbes
 from components.engine.disagg.transport.peers import Throttle
 from components.engine.disagg.transport.runs import Run
 from protocol.kv_side_channel import (
-    MAX_NOTIF_BYTES, Abort, AbortAck, Holding, KVNotif, Refused, Register, Welcome, Written,
-    notif_decoder,
+    MAX_NOTIF_BYTES, Abort, AbortAck, Holding, KVNotif, Probed, Refused, Register, Welcome,
+    Written, notif_decoder,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,14 +56,16 @@ class _Room:
     releasing: bool = False
     held: bool = False  # the prefill said a WRITE of it may still land
     written: float | None = None  # when the prefill said its WRITE was DONE (``Written``)
+    queued: bool = False  # its Register is not sent: the KV path probe is under way or failed
     # Notifications that came before the Welcome (a few: a stranger's must not hide the real one)
     early: list[tuple[str, KVNotif]] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
 
 class DecodeSide:
     def __init__(self, nixl: NixlEndpoint, client: BootstrapClient, transfer_timeout: float,
                  emit: Callable[[Event], None], secret: bytes | None = None,
-                 throttle: Throttle | None = None) -> None:
+                 throttle: Throttle | None = None, probe: bool = False) -> None:
         self._nixl = nixl
         self._client = client
         self._transfer_timeout = transfer_timeout
@@ -71,6 +74,7 @@ class DecodeSide:
         self._throttle = throttle or Throttle()
         self._rooms: dict[int, _Room] = {}
         self._prefills: dict[Endpoint, str] = {}  # endpoint -> its NIXL agent (from Welcome)
+        self._probes = DecodeProbes(nixl, client.send, probe)
 
     # --- engine calls -------------------------------------------------------------------------
     def add_decode(self, room: int, host: str, port: int, runs: list[Run], rid: str) -> None:
@@ -81,11 +85,22 @@ class DecodeSide:
             raise ValueError(f"room {room}: invalid bootstrap address {host!r}:{port!r}")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
         now = time.monotonic()
-        r = _Room(room, rid, (host, port), now + self._transfer_timeout, now)
+        r = _Room(room, rid, (host, port), now + self._transfer_timeout, now, runs=list(runs))
         self._rooms[room] = r
-        if not self._client.send(r.endpoint, Register(room, self._nixl.name, list(runs))):
-            self._fail(r, f"could not reach the prefill bootstrap server {host}:{port}",
-                       FailureKind.PEER_LOST)
+        path = self._probes.status(r.endpoint, now)
+        if path == "broken":
+            r.queued = True  # never registered: released as soon as it fails
+            self._fail(r, self._probes.failure(r.endpoint), FailureKind.PATH_BROKEN)
+        elif path == "probing":
+            r.queued = True
+        else:
+            self._register(r)
+
+    def _register(self, r: _Room) -> None:
+        r.queued = False
+        if not self._client.send(r.endpoint, Register(r.room, self._nixl.name, r.runs)):
+            self._fail(r, f"could not reach the prefill bootstrap server "
+                          f"{r.endpoint[0]}:{r.endpoint[1]}", FailureKind.PEER_LOST)
 
     def abort(self, room: int, message: str, invalid: bool = False) -> None:
         r = self._rooms.get(room)
@@ -104,15 +119,20 @@ class DecodeSide:
 
     @property
     def busy(self) -> bool:
-        return bool(self._rooms)
+        return bool(self._rooms) or self._probes.probing_since() is not None
 
     def progress_since(self) -> float | None:
-        """Start of the newest pending room, or None: while any room is pending, UCX wire-up
-        and notifications need this (passive) side to progress too."""
-        return max((r.since for r in self._rooms.values()), default=None)
+        """Start of the newest pending room or probe, or None: while any is pending, UCX
+        wire-up and notifications need this (passive) side to progress too."""
+        return max((r.since for r in self._rooms.values()),
+                   default=self._probes.probing_since())
 
     def next_deadline(self) -> float | None:
-        return min((r.deadline for r in self._rooms.values()), default=None)
+        deadlines = [r.deadline for r in self._rooms.values()]
+        probe = self._probes.next_deadline()
+        if probe is not None:
+            deadlines.append(probe)
+        return min(deadlines, default=None)
 
     # --- inputs -------------------------------------------------------------------------------
     def on_message(self, endpoint: Endpoint, msg) -> None:
@@ -126,6 +146,9 @@ class DecodeSide:
             return
         if isinstance(msg, (Welcome, Refused)):
             self._on_greeting(endpoint, msg)
+            return
+        if isinstance(msg, Probed):
+            self._probes.on_probed(endpoint, msg)
             return
         r = self._rooms.get(msg.room)
         if r is None or r.endpoint != endpoint:
@@ -150,6 +173,7 @@ class DecodeSide:
         if isinstance(msg, Welcome) and welcome_ok(self._secret,
                                                    self._client.hello_nonce(endpoint) or b"", msg):
             self._prefills[endpoint] = msg.agent_name
+            self._probes.on_welcome(endpoint, time.monotonic())
             for r in [r for r in self._rooms.values() if r.endpoint == endpoint and r.early]:
                 early, r.early = r.early, []
                 for agent, notif in early:
@@ -172,6 +196,7 @@ class DecodeSide:
 
     def _lose(self, endpoint: Endpoint, message: str, kind: FailureKind) -> None:
         self._prefills.pop(endpoint, None)
+        self._probes.forget(endpoint)
         for r in [r for r in self._rooms.values() if r.endpoint == endpoint]:
             if not r.releasing:
                 self._emit(TransferFailed(r.room, message, kind))
@@ -188,10 +213,12 @@ class DecodeSide:
                                     agent, exc)
                 continue
             r = self._rooms.get(notif.room)
-            if r is None:
-                logger.debug("room %s: late KV notification ignored", notif.room)
-            else:
+            if r is not None:
                 self._on_notif(r, agent, notif)
+            elif not self._probes.on_notif(agent, notif):
+                logger.debug("room %s: late KV notification ignored", notif.room)
+        for endpoint, good in self._probes.settle(now, self._prefills):
+            self._path_decided(endpoint, good)
         for r in list(self._rooms.values()):
             if r.deadline > now:
                 continue
@@ -230,6 +257,14 @@ class DecodeSide:
             del self._rooms[r.room]
             self._emit(KVArrived(r.room, notif.first_token, notif.logprob, notif.cached_tokens))
 
+    def _path_decided(self, endpoint: Endpoint, good: bool) -> None:
+        """The KV path probe of ``endpoint`` is over: send the rooms' Registers, or fail them."""
+        for r in [r for r in self._rooms.values() if r.endpoint == endpoint and r.queued]:
+            if good:
+                self._register(r)
+            else:
+                self._fail(r, self._probes.failure(endpoint), FailureKind.PATH_BROKEN)
+
     # --- endings ------------------------------------------------------------------------------
     def _fail(self, r: _Room, message: str, kind: FailureKind) -> None:
         logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
@@ -240,6 +275,10 @@ class DecodeSide:
         """Ask the prefill to stop; keep the pages until it acknowledges (or the grace ends)."""
         r.releasing = True
         r.since = time.monotonic()
+        if r.queued:  # never registered: no prefill can write into its pages
+            self._client.send(r.endpoint, Abort(r.room, self._nixl.name, message))
+            self._release(r)
+            return
         grace = self._transfer_timeout * (HOLD_BACKSTOP_FACTOR if r.held else 1)
         r.deadline = r.since + grace
         sent = self._client.send(r.endpoint, Abort(r.room, self._nixl.name, message))
@@ -260,6 +299,8 @@ class DecodeSide:
     def _release(self, r: _Room) -> None:
         if self._rooms.pop(r.room, None) is not None:
             self._emit(RoomReleased(r.room))
+            if not any(o.endpoint == r.endpoint for o in self._rooms.values()):
+                self._probes.abandon(r.endpoint)
 
     def close(self) -> None:
         self._rooms.clear()

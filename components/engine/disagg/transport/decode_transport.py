@@ -9,6 +9,7 @@ import torch
 from components.engine.disagg.transport.auth import sign_hello
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
 from components.engine.disagg.transport.decode_side import DecodeSide
+from components.engine.disagg.transport.path_probe import probe_enabled
 from components.engine.disagg.transport.peering import Peering
 from components.engine.disagg.transport.peers import Throttle
 from components.engine.disagg.transport.runs import Run
@@ -31,11 +32,13 @@ class DecodeTransport(TransportBase):
             throttle = Throttle()
             hello = Hello(agent_name=self._nixl.name, agent_metadata=self._nixl.metadata,
                           pool_base=self._nixl.base, pool_bytes=self._nixl.nbytes,
-                          layout=peering.layout, ucx_error_handling=peering.ucx_error_handling)
+                          layout=peering.layout, ucx_error_handling=peering.ucx_error_handling,
+                          probe_base=self._nixl.probe_base)
             self._client = BootstrapClient(self._ctx, self._poller,
                                            lambda: sign_hello(peering.secret, hello), throttle)
             self._side = DecodeSide(self._nixl, self._client, float(transfer_timeout),
-                                    self._events.append, peering.secret, throttle)
+                                    self._events.append, peering.secret, throttle,
+                                    probe=probe_enabled())
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
                    runs: list[Run], rid: str) -> None:

@@ -49,6 +49,7 @@ import os
 import torch
 
 from components.engine.disagg.transport.runs import Run, check_within
+from protocol.kv_side_channel import PROBE_BYTES, PROBE_SLOTS
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ CMA_SEG_SIZE = "1g"
 # The variable restores UCX's default ("y"), which loses notifications across namespaces: only
 # for showing that such a loss fails the request (tests/e2e/test_e2e_multihost.py).
 ADAPTIVE_PROGRESS_ENV = "DYN_KV_UCX_ADAPTIVE_PROGRESS"
+
+
+def probe_pattern() -> bytes:
+    """What a probe WRITE carries: every byte value once (a zeroed slot cannot match it)."""
+    return bytes(range(256)) * (PROBE_BYTES // 256)
 
 
 def engine_config(cma_seg_size: str | None) -> str:
@@ -111,6 +117,12 @@ class NixlEndpoint:
         self.base = pool.data_ptr()
         self.nbytes = pool.numel() * pool.element_size()
         self._reg = self._agent.register_memory(pool)
+        # The KV path probe's buffer (path_probe.py): the decode's slots are written into, the
+        # prefill's first slot holds the pattern it writes from.
+        self.probe = torch.zeros(PROBE_SLOTS * PROBE_BYTES, dtype=torch.uint8)
+        self.probe[:PROBE_BYTES] = torch.frombuffer(bytearray(probe_pattern()), dtype=torch.uint8)
+        self.probe_base = self.probe.data_ptr()
+        self._probe_reg = self._agent.register_memory(self.probe)
         self._peers: dict[str, bytes] = {}
         self._closed = False
         logger.info("NIXL agent %s registered %.1f MiB of KV pool", name, self.nbytes / 2**20)
@@ -196,6 +208,7 @@ class NixlEndpoint:
         for name in list(self._peers):
             self.remove_peer(name)
         try:
+            self._agent.deregister_memory(self._probe_reg)
             self._agent.deregister_memory(self._reg)
         except self.errors as exc:
             logger.warning("NIXL: deregistering the KV pool failed: %s", exc)

@@ -60,6 +60,7 @@ class Peer:
     metadata: bytes
     pool_base: int
     pool_bytes: int
+    probe_base: int = 0  # the decode's probe buffer (path_probe.py); 0: none declared
     pending: int = 0  # registrations waiting for add_prefill
 
 
@@ -95,7 +96,7 @@ class PeerTable:
             return Refused(agent_name=self._nixl.name, reason=reason)
         self._by_identity[identity] = msg.agent_name
         self._peers[msg.agent_name] = Peer(msg.agent_name, identity, msg.agent_metadata,
-                                           msg.pool_base, msg.pool_bytes)
+                                           msg.pool_base, msg.pool_bytes, msg.probe_base)
         logger.info("decode agent %s connected", msg.agent_name)
         return sign_welcome(self._secret, msg.nonce, self._nixl.name)
 

@@ -35,9 +35,10 @@ from components.engine.disagg.transport.prefill_writes import (
     Registration,
     TransferTotals,
 )
+from components.engine.disagg.transport.probe_writes import ProbeWrites
 from components.engine.disagg.transport.runs import Run
 from protocol.kv_side_channel import (
-    Abort, AbortAck, FirstLogprob, Hello, Holding, KVLayout, Register,
+    Abort, AbortAck, FirstLogprob, Hello, Holding, KVLayout, Probe, Register,
 )
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class PrefillSide:
         self._writes = PrefillWrites(nixl, server, bootstrap_timeout, transfer_timeout, emit,
                                      self._tombstones)
         self._peers = PeerTable(nixl, layout, secret, self._throttle)
+        self._probes = ProbeWrites(nixl, server)
         self._registrations: dict[int, Registration] = {}
         self._pending: dict[bytes, int] = {}  # connection -> its registrations waiting
 
@@ -77,22 +79,26 @@ class PrefillSide:
 
     @property
     def busy(self) -> bool:
-        return self._writes.busy
+        return self._writes.busy or self._probes.busy
 
     def progress_since(self) -> float | None:
-        return self._writes.progress_since()
+        return max(filter(None, (self._writes.progress_since(), self._probes.started_since())),
+                   default=None)
 
     def next_deadline(self) -> float | None:
-        return self._writes.next_deadline()
+        return min(filter(None, (self._writes.next_deadline(), self._probes.next_deadline())),
+                   default=None)
 
     def progress(self, now: float) -> None:
         """Move the WRITEs along, then forget what is older than the horizon."""
         self._writes.progress(now)
+        self._probes.progress(now)
         self._tombstones.expire(now)
         self._expire_registrations(now)
 
     def close(self) -> None:
         self._writes.close()
+        self._probes.close()
 
     # --- engine calls -------------------------------------------------------------------------
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
@@ -142,6 +148,8 @@ class PrefillSide:
             return
         if isinstance(msg, Register):
             self._on_register(identity, peer, msg)
+        elif isinstance(msg, Probe):
+            self._probes.on_probe(identity, peer, msg)
         else:
             self._on_decode_abort(identity, msg)
 
