@@ -1,5 +1,5 @@
-"""What the disaggregation coordinator asks of the scheduler (``coordinator.py``): actions it
-returns instead of calling back."""
+"""What the disaggregation coordinator asks of the scheduler (``disagg/coordinator.py``):
+actions it returns instead of calling back."""
 
 from __future__ import annotations
 

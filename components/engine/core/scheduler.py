@@ -21,7 +21,7 @@ from typing import Any
 
 from components.engine.core.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
-from components.engine.disagg.actions import Action, Adopt, Complete, Fail, Free
+from components.engine.core.actions import Action, Adopt, Complete, Fail, Free
 from components.engine.disagg.coordinator import DisaggCoordinator
 from components.engine.core.forks import allocate_group, fork_kv, group_rows, pending, share_plan
 from components.engine.kv.pool import KVPool, PageRun

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from components.engine.core.request_checks import InvalidRequest, bootstrap_problem
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.core.sequence import Sequence, Status
-from components.engine.disagg.actions import Action, Adopt, Complete, Fail, Free
+from components.engine.core.actions import Action, Adopt, Complete, Fail, Free
 from components.engine.disagg.failures import (
     FAILURE_STATUS, FAILURE_STATUS_BY_KIND, INVALID_STATUS, TIMEOUT_STATUS,
 )
