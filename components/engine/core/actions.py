@@ -1,13 +1,20 @@
-"""What the disaggregation coordinator asks of the scheduler (``disagg/coordinator.py``):
-actions it returns instead of calling back."""
+"""The engine thread's contract with the disaggregation coordinator (``disagg/coordinator.py``):
+what the scheduler and the loop call on it (``Coordinator``), and the actions it returns to the
+scheduler instead of calling back.
+
+``disagg/`` sits above ``core/`` (it imports the sequence and these actions), so core names the
+coordinator only by this shape, and whoever builds the engine hands it the maker.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
-from components.engine.kv.pool import PageRun
+from components.engine.config import EngineConfig
+from components.engine.kv.pool import KVPool, PageRun
 from components.engine.output.logprobs import TokenLogprob
-from components.engine.core.sequence import Sequence
+from components.engine.core.sequence import Sequence, Status
 
 
 @dataclass(frozen=True)
@@ -42,3 +49,31 @@ class Free:
 
 
 Action = Adopt | Complete | Fail | Free
+
+
+class Coordinator(Protocol):
+    """Prefill/decode disaggregation on the engine thread, as the scheduler and the loop call it."""
+
+    @property
+    def bootstrap_port(self) -> int | None: ...
+
+    @property
+    def transfer_totals(self) -> Any: ...  # prefill: the transport's TransferTotals; decode: None
+
+    def has_pending(self) -> bool: ...
+
+    def check_new(self, seq: Sequence) -> None: ...
+
+    def admit(self, seq: Sequence) -> list[Action]: ...
+
+    def after_prefill(self, seq: Sequence, first_token: int) -> list[Action]: ...
+
+    def on_finish(self, seq: Sequence, prev: Status) -> bool: ...
+
+    def poll(self, timeout_s: float) -> list[Action]: ...
+
+    def close(self) -> list[Action]: ...
+
+
+# Builds the coordinator on the engine thread from the config, the KV pool and the vocabulary size.
+MakeCoordinator = Callable[[EngineConfig, KVPool, int], Coordinator]

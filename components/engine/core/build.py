@@ -11,7 +11,7 @@ import torch
 from transformers import AutoTokenizer
 
 from components.engine.config import DisaggregationMode, EngineConfig
-from components.engine.disagg.coordinator import DisaggCoordinator
+from components.engine.core.actions import Coordinator, MakeCoordinator
 from components.engine.kv.pool import KVPool
 from components.engine.model.facts import context_length, eos_token_ids, read_model_shape
 from components.engine.core.runner import TORCH_DTYPES, ModelRunner
@@ -45,10 +45,10 @@ class EngineParts:
     processor: OutputProcessor
     sched: Scheduler
     cache: PrefixCache | None  # None: --disable-radix-cache, or a decode engine
-    disagg: DisaggCoordinator | None  # None: not disaggregated
+    disagg: Coordinator | None  # None: not disaggregated
 
 
-def build_parts(cfg: EngineConfig) -> EngineParts:
+def build_parts(cfg: EngineConfig, make_coordinator: MakeCoordinator) -> EngineParts:
     """Call on the engine thread only: the model load is torch work, and libgomp throttles a
     process whose torch ops have run on more than one OS thread."""
     torch.set_num_threads(cfg.num_threads)
@@ -69,7 +69,7 @@ def build_parts(cfg: EngineConfig) -> EngineParts:
                                 cfg.random_seed, mode == DisaggregationMode.PREFILL)
     disagg = None
     if mode != DisaggregationMode.NULL:
-        disagg = DisaggCoordinator(cfg, pool, runner.vocab_size)
+        disagg = make_coordinator(cfg, pool, runner.vocab_size)
     sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
                                 cfg.chunked_prefill_size, cfg.enable_mixed_chunk)
     limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)

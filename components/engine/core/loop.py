@@ -17,15 +17,15 @@ import logging
 import queue
 import threading
 import time
+from typing import Any
 
 from components.engine.config import EngineConfig
 from components.engine.core.build import EngineInfo, build_parts
+from components.engine.core.actions import Coordinator, MakeCoordinator
 from components.engine.core.commands import AbortRequest, AddRequest, Command, SetListener, Stop
 from components.engine.kv.events import KvEventListener
 from components.engine.kv.pool import KVPool
 from components.engine.kv.prefix_cache import PrefixCache
-from components.engine.disagg.coordinator import DisaggCoordinator
-from components.engine.disagg.transport.prefill_writes import TransferTotals
 from components.engine.core.loop_batcher import LoopBatcher
 from components.engine.core.runner import ModelRunner
 from components.engine.core.processor import OutputProcessor, finish_abort
@@ -51,9 +51,11 @@ def _name_os_thread(name: str) -> None:
 
 
 class EngineLoop:
-    def __init__(self, cfg: EngineConfig, batcher: LoopBatcher) -> None:
+    def __init__(self, cfg: EngineConfig, batcher: LoopBatcher,
+                 make_coordinator: MakeCoordinator) -> None:
         self.cfg = cfg
         self._batcher = batcher
+        self._make_coordinator = make_coordinator  # disagg/ sits above core: handed in
         self._cmds: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
@@ -66,7 +68,7 @@ class EngineLoop:
         self._processor: OutputProcessor | None = None
         self._pool: KVPool | None = None
         self._cache: PrefixCache | None = None
-        self._disagg: DisaggCoordinator | None = None
+        self._disagg: Coordinator | None = None
         self._listener: KvEventListener | None = None  # engine thread only
         self._last_load: tuple[int, int, int] | None = None
 
@@ -110,7 +112,7 @@ class EngineLoop:
         """Requests waiting for admission (a deque's len is safe from another thread)."""
         return len(self._sched.waiting) if self._sched is not None else 0
 
-    def kv_transfer_totals(self) -> TransferTotals | None:
+    def kv_transfer_totals(self) -> Any:
         """Prefill mode: the transport's completed-WRITE totals; otherwise None."""
         disagg = self._disagg
         return disagg.transfer_totals if disagg is not None else None
@@ -143,7 +145,7 @@ class EngineLoop:
             self._teardown()
 
     def _setup(self) -> None:
-        parts = build_parts(self.cfg)
+        parts = build_parts(self.cfg, self._make_coordinator)
         self._sched, self._runner, self._processor = parts.sched, parts.runner, parts.processor
         self._pool, self._cache = parts.pool, parts.cache
         self._disagg = parts.disagg

@@ -7,9 +7,10 @@ prompts, or chunks of one, in one forward) or a decode batch (every running row)
 get a decode step between two prefill steps, so admissions never starve them. With SGLang's
 ``enable_mixed_chunk`` the prefill chunks and the decode rows share one forward instead.
 
-Disaggregation (prefill or decode mode) is behind ``DisaggCoordinator``, called at four points:
-``check_new``/``admit`` on admission, ``after_prefill``, ``on_finish``, and ``poll``. Its calls
-never come back into the scheduler: they return actions that ``_apply`` carries out.
+Disaggregation (prefill or decode mode) is behind a ``Coordinator`` (``actions.py``), called at
+four points: ``check_new``/``admit`` on admission, ``after_prefill``, ``on_finish``, and
+``poll``. Its calls never come back into the scheduler: they return actions that ``_apply``
+carries out.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from typing import Any
 
 from components.engine.core.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
-from components.engine.core.actions import Action, Adopt, Complete, Fail, Free
-from components.engine.disagg.coordinator import DisaggCoordinator
+from components.engine.core.actions import Action, Adopt, Complete, Coordinator, Fail, Free
 from components.engine.core.forks import allocate_group, fork_kv, group_rows, pending, share_plan
 from components.engine.kv.pool import KVPool, PageRun
 from components.engine.core.processor import (
@@ -46,7 +46,7 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, limits: Limits, pool: KVPool,
                  processor: OutputProcessor, tokenizer: Any,
-                 disagg: DisaggCoordinator | None, cache: PrefixCache | None = None) -> None:
+                 disagg: Coordinator | None, cache: PrefixCache | None = None) -> None:
         self.cfg = cfg
         self.limits = limits
         self.pool = pool

@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from components.engine.process.attached import AttachedCpuEngine
 from components.engine.config import EngineConfig
 from components.engine.core.loop import EngineLoop
+from components.engine.disagg.coordinator import DisaggCoordinator
 from components.engine.api.requests import checked_rid, make_sequence
 from components.engine.process.service import EngineService
 from components.engine.api.streams import final_chunk, stream_chunks
@@ -48,7 +49,7 @@ class CpuEngine(EngineReadouts, SyncGenerateMixin):
         if not cfg.skip_tokenizer_init:
             tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
         self._batcher = LoopBatcher()
-        self._loop = EngineLoop(cfg, self._batcher)
+        self._loop = EngineLoop(cfg, self._batcher, DisaggCoordinator)
         self._info = self._loop.start()
         if self._info.bootstrap_port not in (None, cfg.disaggregation_bootstrap_port):
             # Port 0 asked for a free port: report the bound one, as callers read it from here.
