@@ -9,11 +9,13 @@ Checks, on the CPU engine: greedy disaggregated output equals aggregated in Toke
 (frontend-orchestrated, every worker bound to its host's address) and in Text mode
 (decode-orchestrated, every worker bound to 0.0.0.0); clients that leave free the prefill; a
 SIGKILLed prefill fails requests within a bound instead of hanging them, and one restarted at
-the same address (same host, bootstrap and room-watch ports) serves exactly again; a KV path
+the same address (same host, bootstrap and room-watch ports) serves exactly again, and so does a
+SIGKILLed decode restarted on its host (the prefill unloads the dead agent); a KV path
 that loses notifications (UCX's default adaptive progress) fails its probe, so requests get a
 503 within the probe's bound (and at once after that), and with the probe off a request's lost
 notification fails it within 5 s of the prefill's Written. On
-``--engine sglang``: exactness, frontend-orchestrated.
+``--engine sglang``: exactness, Tokens frontend-orchestrated on host addresses and Text
+decode-orchestrated on 0.0.0.0.
 
 Where namespaces cannot be made (not root, no ``ip``), the module skips saying why.
 """
@@ -36,7 +38,7 @@ from harness.topology import wait_until
 from tests.e2e.client import user
 from tests.support.multihost import start_prefill_on, start_services, start_split
 from tests.support.topologies import (AGG, DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED,
-                                      SGLANG)
+                                      SGLANG, start_decode)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -153,19 +155,41 @@ def test_cpu_prefill_killed_then_restarted_at_the_same_address(cpu_tokens):
     assert status != 200 and failed_after < FAIL_BOUND_S
     start_prefill_on(cpu_tokens, "prefill-2", True, FRONTEND_ORCHESTRATED)
     t0 = time.monotonic()
-
-    def serves() -> bool:
-        # Until the killed prefill's lease expires the frontend still routes some requests to
-        # it (a 503, as tested above): served means every one of several in a row succeeds.
-        try:
-            return all(greedy(cpu_tokens, DISAGG, "back?", timeout=15) for _ in range(6))
-        except AssertionError:
-            return False
-
-    wait_until(serves, RETURN_S, "the restarted prefill to serve", interval=0.5)
+    wait_until(lambda: _serves(cpu_tokens), RETURN_S, "the restarted prefill to serve",
+               interval=0.5)
     print(f"restarted prefill served {time.monotonic() - t0:.1f} s after its start")
     cpu_tokens.procs["prefill"] = cpu_tokens.procs.pop("prefill-2")
     assert_exact(cpu_tokens)  # no stale state: the same answers as before the kill
+
+
+def _serves(stack: HostStack) -> bool:
+    # Until a killed worker's lease expires the frontend still routes some requests to it (a
+    # 503): served means every one of several in a row succeeds.
+    try:
+        return all(greedy(stack, DISAGG, "back?", timeout=15) for _ in range(6))
+    except AssertionError:
+        return False
+
+
+def test_cpu_decode_killed_then_restarted_on_its_host(cpu_tokens):
+    """After the prefill's restart: the decode SIGKILLed. The prefill (the survivor) sees its
+    side channel drop and unloads the dead decode's NIXL agent; the replacement, another agent
+    on the same host, says Hello, passes the KV path probe and serves the same answers."""
+    prefill_log = cpu_tokens.procs["prefill"].log_path
+    dead = cpu_tokens.procs.pop("decode")
+    dead.signal_group(signal.SIGKILL)
+    dead.popen.wait(10)
+    wait_until(lambda: log_lines(prefill_log, "disconnected and forgotten"), 30,
+               "the prefill to forget the killed decode's agent")
+    start_decode(cpu_tokens, "decode-2", True, (), FRONTEND_ORCHESTRATED)
+    t0 = time.monotonic()
+    wait_until(lambda: _serves(cpu_tokens), RETURN_S, "the restarted decode to serve",
+               interval=0.5)
+    print(f"restarted decode served {time.monotonic() - t0:.1f} s after its start")
+    cpu_tokens.procs["decode"] = cpu_tokens.procs.pop("decode-2")
+    assert_exact(cpu_tokens)
+    connected = log_lines(prefill_log, "decode agent")
+    assert len([ln for ln in connected if ln.endswith(" connected")]) >= 2, connected
 
 
 def test_cpu_lost_notification_fails_the_request_and_is_not_counted(tmp_path_factory,
@@ -238,6 +262,19 @@ def test_sglang_tokens_frontend_orchestrated_equals_aggregated(tmp_path_factory,
     cpu_tokens.stop()  # one stack at a time on small machines
     stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-sglang",
                    skip_tokenizer_init=True, orchestrator=FRONTEND_ORCHESTRATED, engine="sglang")
+    try:
+        assert_exact(stack, SGLANG)
+    finally:
+        stack.stop()
+
+
+def test_sglang_text_decode_orchestrated_on_wildcard_equals_aggregated(tmp_path_factory,
+                                                                       tiny_model_path, hosts,
+                                                                       services, cpu_tokens):
+    cpu_tokens.stop()
+    stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-sglang-text",
+                   skip_tokenizer_init=False, orchestrator=DECODE_ORCHESTRATED,
+                   engine="sglang", bind="0.0.0.0")
     try:
         assert_exact(stack, SGLANG)
     finally:

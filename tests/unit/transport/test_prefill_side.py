@@ -237,3 +237,17 @@ def test_prefill_rejects_unknown_agents_bad_hello_and_bad_local_input():
 
 
 # --- decode -----------------------------------------------------------------------------------
+
+
+def test_a_decode_that_disconnects_is_unloaded_from_nixl_unless_a_write_to_it_is_in_flight():
+    """A killed and restarted decode comes back as another agent: the old one must not stay
+    loaded (stale NIXL state), except while a WRITE to it may still land."""
+    side, nixl, _, _ = make_prefill()
+    assert nixl.peers == {"dec"}
+    side.add_prefill(7, RUNS, 42, "r")
+    side.on_message(b"id-d", Register(room=7, agent_name="dec", runs=PEER_RUNS))
+    side.on_disconnect(b"id-d")  # the WRITE is in flight (PROC)
+    assert nixl.peers == {"dec"}
+    side, nixl, _, _ = make_prefill()
+    side.on_disconnect(b"id-d")
+    assert nixl.peers == set() and side.counters["peers"] == 0

@@ -146,12 +146,20 @@ class PeerTable:
             self._by_identity.pop(peer.identity, None)
         self._nixl.remove_peer(peer.name)
 
-    def disconnected(self, identity: bytes) -> str | None:
-        """The connection dropped: detach its agent (NIXL keeps it for WRITEs in flight)."""
+    def disconnected(self, identity: bytes, busy: set[str]) -> str | None:
+        """The connection dropped: forget its agent, unloading it from NIXL (a decode that
+        comes back says Hello again; a restarted one is another agent), unless a WRITE to it
+        is in flight (``busy``): then it stays loaded, detached, until the table needs room."""
         name = self._by_identity.pop(identity, None)
-        if name is not None:
-            self._peers[name].identity = None
-            logger.info("decode agent %s disconnected", name)
+        if name is None:
+            return None
+        peer = self._peers[name]
+        peer.identity = None
+        if name in busy:
+            logger.info("decode agent %s disconnected (kept: a WRITE to it is in flight)", name)
+        else:
+            self._forget(peer)
+            logger.info("decode agent %s disconnected and forgotten", name)
         return name
 
     def check_runs(self, peer: Peer, runs: list[Run], room: int) -> None:

@@ -156,7 +156,7 @@ class PrefillSide:
     def on_disconnect(self, identity: bytes) -> None:
         """The connection dropped: its decode released its pages, so its waiting registrations
         must never be written."""
-        self._peers.disconnected(identity)
+        self._peers.disconnected(identity, self._writes.busy_agents())
         for room, reg in list(self._registrations.items()):
             if reg.identity == identity:
                 self._take_registration(room)
