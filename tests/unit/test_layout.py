@@ -3,6 +3,10 @@
 - imports go one way, `protocol` <- `handlers` <- `components`; the CPU engine
   (`components/engine/`) imports only `protocol` and itself, never the worker, the backends,
   the handlers, Dynamo or SGLang;
+- the CPU engine's folders are a one-way stack, lowest first: `kv`, `model` and `output`
+  (which import one another without cycles), `core`, `disagg`, `api`, `process`; a folder
+  imports none above its own level. `config.py` and `__init__.py` sit beneath the stack: every
+  folder may import them, they import no folder;
 - only the worker (`components/worker/`) imports `dynamo`, and only the SGLang backend's own
   modules (`components/backends/sglang_*.py`) import `sglang`;
 - which engine runs and who orchestrates are decided once (`components/backends/select.py`,
@@ -68,6 +72,70 @@ def test_the_cpu_engine_imports_only_protocol_and_itself():
             module, "handlers", "dynamo", "sglang", "components.worker", "components.backends",
             "components.model_builder")
     assert _offenders(leaves) == []
+
+
+# The CPU engine's folders by level, lowest first (docs/reference/modules.md). The modules beside
+# them sit at -1: config.py, which every folder reads, and __init__.py, which imports no folder
+# (importing any folder runs it first, and light modules must load without torch).
+ENGINE_LEVELS = {"kv": 0, "model": 0, "output": 0, "core": 1, "disagg": 2, "api": 3, "process": 4}
+
+
+def _engine_level(module: str) -> int | None:
+    """Where a module sits in the CPU engine's stack; None: outside the engine."""
+    parts = module.split(".")
+    if parts[:2] != ["components", "engine"] or len(parts) < 3:
+        return None
+    return ENGINE_LEVELS.get(parts[2], -1)
+
+
+def _engine_folder(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if _engine_level(module) is not None and parts[2] in ENGINE_LEVELS else None
+
+
+def _dotted(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def _engine_upward(path: str, module: str) -> bool:
+    mine, theirs = _engine_level(_dotted(path)), _engine_level(module)
+    return mine is not None and theirs is not None and theirs > mine
+
+
+def _on_a_cycle(edges: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    def reaches(start: str, goal: str, seen: frozenset[str]) -> bool:
+        return any(b == goal or (b not in seen and reaches(b, goal, seen | {b}))
+                   for a, b in edges if a == start)
+    return sorted((a, b) for a, b in edges if reaches(b, a, frozenset({b})))
+
+
+def test_the_cpu_engine_is_a_one_way_stack():
+    assert _offenders(_engine_upward) == []
+    sideways = set()  # imports between two folders of one level (the bottom's)
+    for path in _sources():
+        mine = _engine_folder(_dotted(_rel(path)))
+        for module in _imports(path):
+            theirs = _engine_folder(module)
+            if mine and theirs and mine != theirs and ENGINE_LEVELS[mine] == ENGINE_LEVELS[theirs]:
+                sideways.add((mine, theirs))
+    assert _on_a_cycle(sideways) == []
+
+
+@pytest.mark.parametrize("path, module, upward", [
+    ("components/engine/core/loop.py", "components.engine.disagg.coordinator", True),
+    ("components/engine/model/attention.py", "components.engine.core.batch", True),
+    ("components/engine/config.py", "components.engine.kv.pool", True),
+    ("components/engine/disagg/coordinator.py", "components.engine.core.sequence", False),
+    ("components/engine/kv/pool.py", "components.engine.config", False),
+    ("components/engine/model/attention.py", "components.engine.kv.pool", False),
+])
+def test_the_stack_rule_catches_what_it_is_for(path, module, upward):
+    assert _engine_upward(path, module) is upward
+
+
+def test_the_cycle_check_finds_a_cycle():
+    edges = {("kv", "model"), ("model", "output"), ("output", "kv"), ("model", "config")}
+    assert _on_a_cycle(edges) == [("kv", "model"), ("model", "output"), ("output", "kv")]
 
 
 def test_only_the_worker_imports_dynamo():
