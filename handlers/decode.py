@@ -19,10 +19,8 @@ from handlers.core.base import BaseHandler, Context, Engine, PrefillClient, Room
 from handlers.text.chat_outputs import ChoiceOutputs
 from handlers.text.chat_stream import ChatStream, asks_for
 from handlers.core.errors import EngineError, RequestError
-from handlers.disagg.frontend_disagg import (
-    check_no_prompt_logprobs, check_one_choice, request_bootstrap,
-)
-from handlers.disagg.half_end import HalfEnd, claim_boot, claim_room
+from handlers.disagg.frontend_disagg import SentRoom, check_no_prompt_logprobs, check_one_choice
+from handlers.disagg.half_end import HalfEnd, claim_boot
 from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.core.live import new_rid
 from handlers.core.logprobs import (
@@ -96,6 +94,8 @@ class DecodeHandler(BaseHandler):
         # ends early (docs/reference/room-watch.md): as the request arrives when the
         # frontend orchestrates, once the prefill names the room when decode does.
         self.rooms = rooms if config.orchestration.disaggregated else None
+        # The room source, picked once: the request's bootstrap_info, this handoff, or none.
+        self._sent_rooms = config.orchestration is Orchestration.FRONTEND
         self._handoff: Optional[PrefillHandoff] = None
         if calls_prefill:
             self._handoff = PrefillHandoff(prefill_client, self.spawn,
@@ -106,9 +106,10 @@ class DecodeHandler(BaseHandler):
         self, request: dict[str, Any], context: Optional[Context] = None
     ) -> AsyncIterator[dict[str, Any]]:
         started = time.monotonic()
-        end = HalfEnd(await claim_room(self.rooms, request))
+        sent = SentRoom(request) if self._sent_rooms else None
+        end = HalfEnd(await claim_boot(self.rooms, sent.boot if sent is not None else None))
         try:
-            job = await self._prepare(request, context)
+            job = await self._prepare(request, context, sent)
             guard = RequestGuard(self.engine, new_rid(), context, self.live)
             guard.start()
             try:
@@ -135,13 +136,14 @@ class DecodeHandler(BaseHandler):
 
     # --- preparing: validation, ids, sampling params --------------------------------------
 
-    async def _prepare(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
+    async def _prepare(self, request: dict[str, Any], context: Optional[Context],
+                       sent: Optional[SentRoom]) -> _Job:
         if self.config.skip_tokenizer_init:
             job = self._prepare_tokens(request)
         else:
             job = await self._prepare_text(request, context)
-        if self.config.orchestration is Orchestration.FRONTEND:
-            job.boot = request_bootstrap(request, required=True)
+        if sent is not None:
+            job.boot = sent.required()
         return job
 
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:

@@ -41,6 +41,28 @@ def request_bootstrap(request: dict[str, Any], required: bool) -> Optional[Boots
         raise RequestError(f"{BOOTSTRAP_KEY}: {exc}") from None
 
 
+class SentRoom:
+    """The decode leg's `bootstrap_info`, parsed once as the request arrives: the room it
+    claims at once (so even a request it refuses tells the prefill leg why), and the 400 a
+    missing or malformed one becomes, raised only after the request's own checks, whose
+    errors come first."""
+
+    def __init__(self, request: Any) -> None:
+        self.boot: Optional[BootstrapInfo] = None
+        self._error: Optional[RequestError] = None
+        try:
+            if not isinstance(request, dict):  # the body's own check says so first
+                raise RequestError("the request must be an object")
+            self.boot = request_bootstrap(request, required=True)
+        except RequestError as exc:
+            self._error = exc
+
+    def required(self) -> BootstrapInfo:
+        if self._error is not None:
+            raise self._error
+        return self.boot
+
+
 def check_one_choice(n: Optional[int]) -> None:
     """One room carries one sequence's KV (Dynamo rejects n > 1 in disaggregated mode too)."""
     if n not in (None, 1):

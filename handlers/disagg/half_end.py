@@ -3,27 +3,15 @@ the room (the frontend's, before anything else; or the one the prefill names, as
 does), and say how the half ended when it does, so the prefill computing the other half stops at
 once instead of holding KV for nobody."""
 
-from typing import Any, Optional
+from typing import Optional
 
 from handlers.core.base import RoomClaim, RoomClaims
-from handlers.core.errors import RequestError
-from handlers.disagg.frontend_disagg import request_bootstrap
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
-
-
-async def claim_room(rooms: Optional[RoomClaims], request: Any) -> Optional[RoomClaim]:
-    """The room's claim, or None (no watch, no room, a canary, or the watch unreachable)."""
-    if rooms is None or not isinstance(request, dict):
-        return None
-    try:
-        boot = request_bootstrap(request, required=False)
-    except RequestError:
-        return None  # the handler answers the malformed bootstrap_info with its 400
-    return await claim_boot(rooms, boot)
 
 
 async def claim_boot(rooms: Optional[RoomClaims], boot: Optional[BootstrapInfo]
                      ) -> Optional[RoomClaim]:
+    """The room's claim, or None (no watch, no room, a canary, or the watch unreachable)."""
     if rooms is None or boot is None or boot.bootstrap_host == FAKE_BOOTSTRAP_HOST:
         return None
     return await rooms.claim(boot.bootstrap_host, boot.bootstrap_port, boot.bootstrap_room)

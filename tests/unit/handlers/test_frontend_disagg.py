@@ -193,6 +193,24 @@ async def test_decode_without_a_usable_bootstrap_info_is_a_request_error(boot, w
     assert engine.calls == []
 
 
+async def test_decode_reads_bootstrap_info_once_and_a_bad_body_is_answered_first(monkeypatch):
+    """The room is parsed once, as the request arrives (its claim comes first); a missing
+    bootstrap_info is answered only after the body's own checks."""
+    from handlers.disagg import frontend_disagg
+
+    reads = []
+    parse_once = frontend_disagg.request_bootstrap
+    monkeypatch.setattr(frontend_disagg, "request_bootstrap",
+                        lambda *a, **kw: reads.append(1) or parse_once(*a, **kw))
+    engine = FakeEngine([chunk([11], {"type": "length", "length": 1}, prompt=3, completion=1)])
+    await collect(DecodeHandler(engine, FRONTEND_DECODE).generate(
+        {**DECODE_REQ, "bootstrap_info": BOOT}, FakeContext()))
+    assert len(reads) == 1
+    with pytest.raises(RequestError, match="token_ids"):
+        await collect(DecodeHandler(engine, FRONTEND_DECODE).generate(
+            {**DECODE_REQ, "token_ids": "abc"}, FakeContext()))
+
+
 @pytest.mark.parametrize("mode, style, expected", [
     ("null", "frontend", "NONE"), ("null", "decode", "NONE"),
     ("prefill", "frontend", "FRONTEND"), ("decode", "frontend", "FRONTEND"),
