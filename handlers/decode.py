@@ -19,7 +19,7 @@ from handlers.core.base import BaseHandler, Context, Engine, PrefillClient, Room
 from handlers.text.chat_outputs import ChoiceOutputs
 from handlers.text.chat_stream import ChatStream, asks_for
 from handlers.core.errors import EngineError, RequestError
-from handlers.disagg.frontend_disagg import SentRoom, check_no_prompt_logprobs, check_one_choice
+from handlers.disagg.frontend_disagg import SentRoom, check_no_prompt_logprobs
 from handlers.disagg.half_end import HalfEnd, claim_boot
 from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.core.live import new_rid
@@ -149,7 +149,7 @@ class DecodeHandler(BaseHandler):
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
         check_tokens_request(req)
-        self._check_choices(req.sampling_options.n, req.output_options.prompt_logprobs)
+        self._check_prompt_logprobs(req.output_options.prompt_logprobs)
         self._check_prompt(req.token_ids, vocab_field="token_ids")
         params = tokens_sampling_params(
             req,
@@ -165,7 +165,6 @@ class DecodeHandler(BaseHandler):
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
         check_text_request(req)
-        self._check_choices(req.n)
         logprobs = text_logprob_kwargs(req)
         kwargs = req.template_kwargs()
         if kwargs:
@@ -192,9 +191,8 @@ class DecodeHandler(BaseHandler):
             token_ids=ids, output_options=prefill_request_options(logprobs))
         return _Job(ids, params, prefill, stream, logprob_kwargs=logprobs)
 
-    def _check_choices(self, n: Optional[int], prompt_logprobs: Optional[int] = None) -> None:
+    def _check_prompt_logprobs(self, prompt_logprobs: Optional[int]) -> None:
         if self.config.orchestration.disaggregated:
-            check_one_choice(n)
             check_no_prompt_logprobs(prompt_logprobs)
 
     def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:

@@ -170,10 +170,9 @@ class PrefillHandler(BaseHandler):
                        if k == "priority"}
             if req.data_parallel_rank is not None:
                 routing["routed_dp_rank"] = req.data_parallel_rank
-            # One room per request: the engine computes one sequence for it.
+            # n stays: the engine computes the prompt once and gives every choice its first
+            # token (docs/reference/orchestration.md, "n > 1").
             params = dict(req.sampling_params)
-            if "n" in params:
-                params["n"] = 1
         return ids, params, boot, {**tokens_logprob_kwargs(opts), **routing}
 
     async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard,

@@ -24,11 +24,12 @@ Prefill -> decode (ROUTER -> DEALER):
                 now rather than at the end of its poll slice (the notification stays the signal);
   ``Probed``    the probe's WRITE is DONE (a wake-up, as ``Written``) or failed (``reason``).
 Prefill -> decode (NIXL notification attached to the WRITE, delivered after the data):
-  ``KVNotif``   ``{room, first_token, logprob?, cached_tokens?}`` (a probe's: ``room`` is the
-                probe's nonce, ``first_token`` 0): ``logprob`` only when the
+  ``KVNotif``   ``{room, first_token, logprob?, cached_tokens?, choices?}`` (a probe's: ``room``
+                is the probe's nonce, ``first_token`` 0): ``logprob`` only when the
                 request asked for logprobs (the first token's, and its top alternatives, as
                 ``FirstLogprob``); ``cached_tokens`` only when the prefill's cache served some
-                of the prompt.
+                of the prompt; ``choices`` only with ``n > 1``: choices 1 .. n-1's first tokens
+                (``ChoiceFirst``), which the decode forks the room's one prompt KV into.
 
 Every decode uses ``msgspec.msgpack.Decoder(type=...)`` after a size check: a message too big or
 of the wrong shape is dropped by the receiver. The bounds below are what a hostile peer can make
@@ -41,7 +42,7 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
-from protocol.limits import MAX_BOOTSTRAP_ROOM, MAX_TOP_LOGPROBS, MIN_BOOTSTRAP_ROOM
+from protocol.limits import MAX_BOOTSTRAP_ROOM, MAX_CHOICES, MAX_TOP_LOGPROBS, MIN_BOOTSTRAP_ROOM
 
 # Rooms are picked in [1, 2^63); 0 is SGLang's "not written" marker, so it is refused.
 Room = Annotated[int, msgspec.Meta(ge=MIN_BOOTSTRAP_ROOM, le=MAX_BOOTSTRAP_ROOM)]
@@ -67,8 +68,9 @@ PROBE_SLOTS = 16
 
 # Enforced by ZMQ (MAXMSGSIZE drops the connection) and again before any decode.
 MAX_MESSAGE_BYTES = 2 << 20
-# A notification with 20 top logprobs is ~330 bytes.
-MAX_NOTIF_BYTES = 512
+# A notification with 20 top logprobs is ~330 bytes, and each further choice's first token
+# (n > 1) adds as much again.
+MAX_NOTIF_BYTES = 512 * MAX_CHOICES
 
 
 class KVLayout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -167,6 +169,13 @@ class FirstLogprob(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_
     top: Annotated[list[tuple[float, TokenId]], msgspec.Meta(max_length=MAX_TOP_LOGPROBS)] = []
 
 
+class ChoiceFirst(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
+    """One further choice's first token (n > 1), and its logprobs when the request asked."""
+
+    token: TokenId
+    logprob: FirstLogprob | None = None
+
+
 class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     # omit_defaults: without logprobs or a cache hit the notification is the same bytes as
     # before they existed
@@ -176,6 +185,8 @@ class KVNotif(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     # Prompt tokens the prefill served from its prefix cache: the decode reports them in its
     # usage, as SGLang's decode reports its prefill's (the decode clamps it to the prompt).
     cached_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] = 0
+    # n > 1: choices 1 .. n-1's first tokens, sampled from the same prompt forward.
+    choices: Annotated[list[ChoiceFirst], msgspec.Meta(max_length=MAX_CHOICES - 1)] = []
 
 
 ToPrefill = Union[Hello, Register, Abort, Probe]

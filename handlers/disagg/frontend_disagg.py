@@ -63,13 +63,6 @@ class SentRoom:
         return self.boot
 
 
-def check_one_choice(n: Optional[int]) -> None:
-    """One room carries one sequence's KV (Dynamo rejects n > 1 in disaggregated mode too)."""
-    if n not in (None, 1):
-        raise RequestError(
-            f"n: disaggregated serving supports only n=1 (one KV transfer per request), got {n}")
-
-
 def check_no_prompt_logprobs(prompt_logprobs: Optional[int]) -> None:
     """The prompt's forward runs on the prefill worker, and nothing carries its prompt logprobs
     to the decode worker that answers (SGLang's own router merges them from the prefill's
@@ -84,20 +77,20 @@ def check_no_prompt_logprobs(prompt_logprobs: Optional[int]) -> None:
 
 def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], OutputOptions]:
     """The flat request's ids, its output options and the SGLang sampling params for computing
-    the prompt's KV and the first token: one sequence, one new token. The frontend sends both legs at once, so prefill
-    refuses what decode refuses: otherwise its engine would hold the prompt's KV for a decode
+    the prompt's KV and the first token: one new token for each of the request's `n` choices
+    (the engine computes the prompt once; docs/reference/orchestration.md). The frontend sends
+    both legs at once, so prefill refuses what decode refuses: otherwise its engine would hold the prompt's KV for a decode
     that never joins the room, until the bootstrap timeout."""
     try:
         req = parse(PreprocessedRequest, request)
     except ProtocolError as exc:
         raise RequestError(str(exc)) from None
     check_tokens_request(req)
-    check_one_choice(req.sampling_options.n)
     check_no_prompt_logprobs(req.output_options.prompt_logprobs)
     ids = req.token_ids
     params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
                                     skip_tokenizer_init=True)
-    params.update(max_new_tokens=1, n=1)
+    params["max_new_tokens"] = 1
     return ids, params, req.output_options
 
 

@@ -2,8 +2,8 @@
 
 What the call itself gets wrong raises ``ValueError`` at once (an unsupported Engine API
 feature, a batch, text for an engine without a tokenizer, a bad rid). What SGLang refuses on the
-stream's first read (bad sampling parameters, no input, ``n > 1`` off aggregated mode, bad
-logprob arguments) is kept on the Sequence as ``reject`` and raised there (``engine_streams``).
+stream's first read (bad sampling parameters, no input, bad logprob arguments) is kept on the
+Sequence as ``reject`` and raised there (``engine_streams``).
 """
 
 from __future__ import annotations
@@ -56,10 +56,6 @@ def make_sequence(rid: str, given: dict[str, Any], cfg: EngineConfig,
     except ValueError as exc:
         params, reject = SamplingParams(), str(exc)
     reject = reject or _input_problem(prompt, input_ids)
-    mode = cfg.disaggregation_mode
-    if reject is None and params.n > 1 and mode != DisaggregationMode.NULL:
-        reject = (f"n={params.n}: a {mode}-mode engine runs one choice per request (one KV "
-                  "transfer per bootstrap room); use n=1")
     reject = reject or check_logprob_args(given["return_logprob"], given["top_logprobs_num"],
                                           given["logprob_start_len"])
     reject = reject or _dp_rank_problem(given["routed_dp_rank"], given["data_parallel_rank"])
@@ -74,6 +70,13 @@ def make_sequence(rid: str, given: dict[str, Any], cfg: EngineConfig,
                     return_logprob=given["return_logprob"] is True,
                     top_logprobs_num=(given["top_logprobs_num"] or 0) if reject is None else 0,
                     logprob_start_len=_start_len(given["logprob_start_len"], reject))
+
+
+def choice_rows(n: int, mode: DisaggregationMode) -> int:
+    """The rows (and final chunks) a request with ``n`` choices runs as: ``n``, but one on a
+    prefill engine, which samples the other choices' first tokens from that row and sends
+    them with the one KV transfer (core/first_choices.py)."""
+    return 1 if mode == DisaggregationMode.PREFILL else max(n, 1)
 
 
 def _start_len(given: Any, reject: str | None) -> int:

@@ -24,6 +24,8 @@ class Adopt:
     seq: Sequence
     first_token: int
     logprob: TokenLogprob | None = None  # the prefill's, when the request asked for logprobs
+    # n > 1: choices 1 .. n-1's first tokens (and logprobs), forked off the same prompt KV
+    choices: tuple[tuple[int, TokenLogprob | None], ...] = ()
 
 
 @dataclass(frozen=True)

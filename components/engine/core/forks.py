@@ -99,12 +99,21 @@ def fork_kv(pool: KVPool, leader: Sequence) -> None:
     leader.forks = []
 
 
-def choice_seed(seed: int | None, seq: Sequence) -> int | None:
-    """The seed of this choice's sampler: the request's seed plus the choice index (vLLM's
+def choice_seed(seed: int | None, index: int | None) -> int | None:
+    """The seed of choice ``index``'s sampler: the request's seed plus the choice index (vLLM's
     convention), so seeded choices differ from each other and the request is reproducible."""
-    if seed is None or not seq.index:
+    if seed is None or not index:
         return seed
-    return seed + seq.index
+    return seed + index
+
+
+def adopt_group(pool: KVPool, leader: Sequence) -> list[Sequence]:
+    """Decode mode, the prompt's KV arrived in the leader's pages: copy it into each waiting
+    choice's pages, as after an aggregated prefill. -> the choices that adopt it, leader first."""
+    forks = pending(leader)
+    if forks:
+        fork_kv(pool, leader)
+    return [leader, *forks]
 
 
 def strip_index(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:

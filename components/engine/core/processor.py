@@ -16,6 +16,7 @@ import torch
 
 from components.engine.core.batch import Batch
 from components.engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from components.engine.core.first_choices import FirstChoices, copy_rows, sample_choices
 from components.engine.core.forks import choice_seed, expand
 from components.engine.output.grammar import BitmaskApplier, RequestGrammar
 from components.engine.output.logprobs import (
@@ -61,9 +62,14 @@ class OutputProcessor:
         """Sampler state (own seeded RNG) and, with a tokenizer, detokenizer and stop matcher."""
         p = seq.params
         stop_ids = () if p.ignore_eos else tuple(self.eos_ids | p.stop_token_ids)
-        seed = choice_seed(p.sampling_seed, seq)
+        seed = choice_seed(p.sampling_seed, seq.index)
         seq.sampling = SamplingState(p, make_generator(p, self._seeds.getrandbits(63), seed),
                                      stop_ids, seq.output_ids)
+        if self._defer_first_token and p.n > 1:  # prefill: one row samples every choice's first
+            seq.first_choices = FirstChoices([
+                SamplingState(p, make_generator(p, self._seeds.getrandbits(63),
+                                                choice_seed(p.sampling_seed, i)), stop_ids, [])
+                for i in range(1, p.n)])
         if self.tokenizer is not None:
             seq.detok = IncrementalDetokenizer(self.tokenizer, seq.input_ids, p.skip_special_tokens,
                                                p.spaces_between_special_tokens)
@@ -75,12 +81,16 @@ class OutputProcessor:
         ``(seq, token, finish reason or None)``; the scheduler applies the finishes."""
         rows, logits = expand(batch.sampled, logits)  # n > 1: the choices forking off now
         self._masks.apply(logits, [s.grammar for s in rows])
+        copies = copy_rows(rows, logits) if self._defer_first_token else []
         tokens = sample(logits, [s.sampling for s in rows])
         _record_logprobs(rows, tokens, logits)
+        failed = sample_choices(copies) if copies else {}
         out = []
         for seq, token in zip(rows, tokens):
             if isinstance(token, SamplingFailed):  # this request alone; its parameters did it
                 out.append((seq, -1, finish_abort(token.message, 400)))
+            elif id(seq) in failed:
+                out.append((seq, -1, finish_abort(failed[id(seq)], 400)))
             elif self._defer_first_token and not seq.output_ids:
                 out.append((seq, token, None))
             else:

@@ -23,7 +23,9 @@ from typing import Any
 from components.engine.core.batch import Batch, PrefillChunk
 from components.engine.config import DisaggregationMode
 from components.engine.core.actions import Action, Adopt, Complete, Coordinator, Fail, Free
-from components.engine.core.forks import allocate_group, fork_kv, group_rows, pending, share_plan
+from components.engine.core.forks import (
+    adopt_group, allocate_group, fork_kv, group_rows, pending, share_plan,
+)
 from components.engine.kv.pool import KVPool, PageRun
 from components.engine.core.processor import (
     FinishReason, OutputProcessor, finish_abort, finish_length,
@@ -196,13 +198,7 @@ class Scheduler:
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Adopt):
-                seq = action.seq
-                seq.status = Status.RUNNING
-                self.running.append(seq)
-                reason = self.processor.adopt_first_token(seq, action.first_token,
-                                                         action.logprob)
-                if reason is not None:
-                    self.finish(seq, reason)
+                self._adopt(action)
             elif isinstance(action, Complete):
                 self.processor.add_prefill_token(action.seq, action.first_token)
                 self.finish(action.seq, finish_length(0))  # SGLang's prefill-side chunk
@@ -210,6 +206,18 @@ class Scheduler:
                 self.finish(action.seq, finish_abort(action.message, action.status_code))
             elif isinstance(action, Free):
                 self._release(action.pages)
+
+    def _adopt(self, action: Adopt) -> None:
+        """Decode: the prompt's KV is in the leader's pages; it and each choice still waiting
+        (n > 1, forked off it now) continue from their own first token."""
+        firsts = [(action.first_token, action.logprob), *action.choices]
+        for seq in adopt_group(self.pool, action.seq):
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            token, logprob = firsts[seq.index or 0]
+            reason = self.processor.adopt_first_token(seq, token, logprob)
+            if reason is not None:
+                self.finish(seq, reason)
 
     # ---- finish -----------------------------------------------------------------------------
     def finish(self, seq: Sequence, reason: FinishReason) -> None:

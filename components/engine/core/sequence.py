@@ -14,6 +14,7 @@ from components.engine.output.sampling import SamplingState
 from components.engine.output.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from components.engine.core.first_choices import FirstChoices
     from components.engine.output.grammar import RequestGrammar
 
 
@@ -56,6 +57,8 @@ class Sequence:
     index: int | None = None
     parent_rid: str | None = None
     forks: list[Sequence] = field(default_factory=list)
+    # Prefill mode with n > 1: the further choices' first-token samplers (first_choices.py).
+    first_choices: FirstChoices | None = None
 
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)

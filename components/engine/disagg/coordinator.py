@@ -25,6 +25,7 @@ from components.engine.core.request_checks import InvalidRequest, bootstrap_prob
 from components.engine.config import DisaggregationMode, EngineConfig
 from components.engine.core.sequence import Sequence, Status
 from components.engine.core.actions import Action, Adopt, Complete, Fail, Free
+from components.engine.disagg.choices import choices_problem, choices_to_wire
 from components.engine.disagg.failures import (
     FAILURE_STATUS, FAILURE_STATUS_BY_KIND, INVALID_STATUS, TIMEOUT_STATUS,
 )
@@ -86,8 +87,8 @@ class DisaggCoordinator:
         """Decode mode, pages allocated: register them for the room."""
         seq.status = Status.WAITING_KV
         if _is_fake(seq):  # as SGLang's fake receiver: a synthetic first token, stale KV
-            digest = hashlib.blake2b(seq.rid.encode(), digest_size=8).digest()
-            return [Adopt(seq, int.from_bytes(digest, "little") % self._vocab_size)]
+            more = tuple((self._fake_token(f), None) for f in seq.forks)
+            return [Adopt(seq, self._fake_token(seq), choices=more)]
         b = seq.bootstrap
         try:
             self.transport.add_decode(b.room, b.host, b.port,
@@ -97,6 +98,10 @@ class DisaggCoordinator:
         deadline = time.monotonic() + self._cfg.transfer_timeout + BACKSTOP_SLACK_S
         self._rooms[b.room] = _Room(seq, deadline)
         return []
+
+    def _fake_token(self, seq: Sequence) -> int:
+        digest = hashlib.blake2b(seq.rid.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little") % self._vocab_size
 
     def after_prefill(self, seq: Sequence, first_token: int) -> list[Action]:
         """Prefill mode, prompt forwarded: send its pages and first token to the decode."""
@@ -108,7 +113,7 @@ class DisaggCoordinator:
             self.transport.add_prefill(room, self._pool.token_runs(seq.pages, seq.prompt_len),
                                        first_token, seq.rid,
                                        first_to_wire(seq.out_logprobs, seq.return_logprob),
-                                       seq.cached_tokens)
+                                       seq.cached_tokens, choices_to_wire(seq))
         except ValueError as exc:
             return [Fail(seq, f"KV transfer not started: {exc}", FAILURE_STATUS)]
         deadline = (time.monotonic() + self._cfg.bootstrap_timeout + self._cfg.transfer_timeout
@@ -178,9 +183,13 @@ class DisaggCoordinator:
         if entry.seq.return_logprob and ev.logprob is None:
             return [Fail(entry.seq, "prefill sent no logprobs for the first token (was it asked "
                          "for them?)", FAILURE_STATUS)]
+        problem = choices_problem(entry.seq, ev.choices, self._vocab_size)
+        if problem is not None:
+            return [Fail(entry.seq, problem, FAILURE_STATUS)]
         # As SGLang's decode: its usage reports the prefill's cache hit (this engine has none).
         entry.seq.cached_tokens = min(ev.cached_tokens, entry.seq.prompt_len)
-        return [Adopt(entry.seq, ev.first_token, first_from_wire(ev.logprob))]
+        return [Adopt(entry.seq, ev.first_token, first_from_wire(ev.logprob),
+                      tuple((c.token, first_from_wire(c.logprob)) for c in ev.choices))]
 
     def _on_done(self, room: int) -> list[Action]:
         entry = self._rooms.pop(room, None)

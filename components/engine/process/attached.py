@@ -26,6 +26,7 @@ from transformers import AutoTokenizer
 
 from components.engine.process import wire
 from components.engine.config import EngineConfig
+from components.engine.api.requests import choice_rows
 from components.engine.api.streams import raise_if_refused, stream_chunks
 from components.engine.api.sync import SyncGenerateMixin
 
@@ -120,7 +121,8 @@ class AttachedCpuEngine(SyncGenerateMixin):
                     stream=stream)
         self._ensure_receiver()
         # A stream ends when every choice has finished; without streaming one message comes.
-        expected = int((sampling_params or {}).get("n", 1) or 1) if stream else 1
+        n = int((sampling_params or {}).get("n", 1) or 1)
+        expected = choice_rows(n, self.server_args.disaggregation_mode) if stream else 1
 
         async def start() -> asyncio.Queue:
             if self._gone:

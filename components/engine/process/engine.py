@@ -21,7 +21,7 @@ from components.engine.process.attached import AttachedCpuEngine
 from components.engine.config import EngineConfig
 from components.engine.core.loop import EngineLoop
 from components.engine.disagg.coordinator import DisaggCoordinator
-from components.engine.api.requests import checked_rid, make_sequence
+from components.engine.api.requests import checked_rid, choice_rows, make_sequence
 from components.engine.process.service import EngineService
 from components.engine.api.streams import final_chunk, stream_chunks
 from components.engine.api.readouts import EngineReadouts
@@ -125,7 +125,8 @@ class CpuEngine(EngineReadouts, SyncGenerateMixin):
         given = locals()
         rid = checked_rid(given, self.server_args)
         seq = make_sequence(rid, given, self.server_args, self._info.vocab_size)
-        n = seq.params.n if seq.reject is None else 1
+        mode = self.server_args.disaggregation_mode
+        n = choice_rows(seq.params.n, mode) if seq.reject is None else 1
         group = make_choices(seq, n) if n > 1 else [seq]
         loop = asyncio.get_running_loop()
 

@@ -133,7 +133,7 @@ async def test_prefill_uses_the_frontends_room_and_yields_disaggregated_params_f
     call = engine.calls[0]
     assert {k: call[k] for k in expected} == expected
     assert call["input_ids"] == [1, 2, 3, 4]
-    assert call["sampling_params"]["max_new_tokens"] == 1 and call["sampling_params"]["n"] == 1
+    assert call["sampling_params"]["max_new_tokens"] == 1 and call["sampling_params"].get("n", 1) == 1
     gate.set()
     rest = [item async for item in stream]
     assert rest == [{"token_ids": [],
@@ -150,8 +150,16 @@ async def test_prefill_without_bootstrap_info_draws_its_own_room():
     assert engine.calls[0]["bootstrap_room"] == params["bootstrap_room"]
 
 
+async def test_prefill_leg_keeps_n_and_asks_one_token_per_choice():
+    engine = FakeEngine([DONE])
+    flat = {**FLAT, "sampling_options": {"temperature": 0.7, "n": 3}}
+    await collect(PrefillHandler(engine, PREFILL_CONFIG).generate(flat, FakeContext()))
+    params = engine.calls[0]["sampling_params"]
+    assert (params["n"], params["max_new_tokens"]) == (3, 1)
+    assert engine.calls[0]["bootstrap_room"] == BOOT["bootstrap_room"]
+
+
 @pytest.mark.parametrize("change, words", [
-    ({"sampling_options": {"n": 2}}, "n=1"),
     ({"bootstrap_info": {**BOOT, "bootstrap_host": "0.0.0.0"}}, "bootstrap_info"),
     ({"token_ids": "abc"}, "token_ids"),
 ])

@@ -79,13 +79,14 @@ async def test_bad_requests_are_request_errors(patch, message):
     assert engine.calls == []
 
 
-async def test_disagg_rejects_n_above_one_before_contacting_prefill():
+async def test_disagg_n2_sends_n_to_prefill_and_runs_one_engine_request_in_its_room():
+    engine = FakeEngine(CHUNKS)
     prefill = ok_prefill()
     req = {**REQUEST, "sampling_options": {"n": 2}}
-    with pytest.raises(RequestError, match="supports only n=1"):
-        handler = DecodeHandler(FakeEngine(CHUNKS), DISAGG, prefill)
-        await collect(handler.generate(req, FakeContext()))
-    assert prefill.requests == []
+    await collect(DecodeHandler(engine, DISAGG, prefill).generate(req, FakeContext()))
+    assert prefill.requests[0]["sampling_params"]["n"] == 2
+    assert len(engine.calls) == 1 and engine.calls[0]["sampling_params"]["n"] == 2
+    assert engine.calls[0]["bootstrap_room"] == BOOT["bootstrap_room"]
 
 
 async def test_disagg_flow_sends_ids_and_uses_the_bootstrap_triple():

@@ -89,11 +89,16 @@ async def test_text_mode_bad_requests(pre, request_body, message):
     assert engine.calls == []
 
 
-async def test_text_disagg_rejects_n2(pre):
-    with pytest.raises(RequestError, match="supports only n=1"):
-        await collect(DecodeHandler(FakeEngine(), config(orchestration=Orchestration.DECODE),
-                                    FakePrefillClient(None), pre)
-                      .generate({"messages": MESSAGES, "n": 2}, FakeContext()))
+async def test_text_disagg_n2_asks_prefill_for_both_choices(pre):
+    async def items(request):
+        yield dict(BOOT)
+        yield {"finished": True}
+
+    engine, prefill = FakeEngine(ENGINE_CHUNKS), FakePrefillClient(items)
+    await collect(DecodeHandler(engine, config(orchestration=Orchestration.DECODE), prefill, pre)
+                  .generate({"messages": MESSAGES, "n": 2}, FakeContext()))
+    assert prefill.requests[0]["sampling_params"]["n"] == 2
+    assert engine.calls[0]["sampling_params"]["n"] == 2
 
 
 async def test_nvext_token_data_replaces_the_chat_template(pre):

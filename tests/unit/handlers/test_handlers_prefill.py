@@ -55,11 +55,14 @@ async def test_rooms_and_rids_are_fresh_per_request():
     assert len({c["rid"] for c in engine.calls}) == 5
 
 
-async def test_n_is_forced_to_one():
+async def test_n_reaches_the_engine_in_the_one_room():
+    """The engine prefills the prompt once for every choice (one room; the CPU engine samples
+    each choice's first token, the SGLang adapter derives a room per choice from it)."""
     engine = FakeEngine([DONE])
     req = {**REQUEST, "sampling_params": {"n": 3, "max_new_tokens": 2}}
-    await collect(PrefillHandler(engine, CONFIG).generate(req, FakeContext()))
-    assert engine.calls[0]["sampling_params"] == {"n": 1, "max_new_tokens": 2}
+    out = await collect(PrefillHandler(engine, CONFIG).generate(req, FakeContext()))
+    assert engine.calls[0]["sampling_params"] == {"n": 3, "max_new_tokens": 2}
+    assert len(engine.calls) == 1 and engine.calls[0]["bootstrap_room"] == out[0]["bootstrap_room"]
 
 
 async def test_cancel_aborts_the_engine_request_and_ends_quietly():

@@ -255,7 +255,8 @@ class DecodeSide:
             self._release(r)
         else:
             del self._rooms[r.room]
-            self._emit(KVArrived(r.room, notif.first_token, notif.logprob, notif.cached_tokens))
+            self._emit(KVArrived(r.room, notif.first_token, notif.logprob, notif.cached_tokens,
+                                 tuple(notif.choices)))
 
     def _path_decided(self, endpoint: Endpoint, good: bool) -> None:
         """The KV path probe of ``endpoint`` is over: send the rooms' Registers, or fail them."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from protocol.kv_side_channel import FirstLogprob
+from protocol.kv_side_channel import ChoiceFirst, FirstLogprob
 
 
 class FailureKind(enum.Enum):
@@ -42,6 +42,7 @@ class KVArrived:
     first_token: int
     logprob: FirstLogprob | None = None  # when the request asked for logprobs
     cached_tokens: int = 0  # prompt tokens the prefill served from its prefix cache
+    choices: tuple[ChoiceFirst, ...] = ()  # n > 1: the further choices' first tokens
 
 
 @dataclass(frozen=True)

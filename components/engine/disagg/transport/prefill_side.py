@@ -38,7 +38,7 @@ from components.engine.disagg.transport.prefill_writes import (
 from components.engine.disagg.transport.probe_writes import ProbeWrites
 from components.engine.disagg.transport.runs import Run
 from protocol.kv_side_channel import (
-    Abort, AbortAck, FirstLogprob, Hello, Holding, KVLayout, Probe, Register,
+    Abort, AbortAck, ChoiceFirst, FirstLogprob, Hello, Holding, KVLayout, Probe, Register,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ class PrefillSide:
 
     # --- engine calls -------------------------------------------------------------------------
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
-                    logprob: FirstLogprob | None = None, cached_tokens: int = 0) -> None:
+                    logprob: FirstLogprob | None = None, cached_tokens: int = 0,
+                    choices: tuple[ChoiceFirst, ...] = ()) -> None:
         if self._writes.get(room) is not None:
             raise ValueError(f"room {room} is already being transferred")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
@@ -111,7 +112,7 @@ class PrefillSide:
             self._emit(TransferFailed(room, tomb.message, tomb.kind))
             return
         r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic(),
-                        logprob=logprob, cached_tokens=int(cached_tokens))
+                        logprob=logprob, cached_tokens=int(cached_tokens), choices=choices)
         self._writes.add(r)
         r.reg = self._take_registration(room)
         if r.reg is not None:

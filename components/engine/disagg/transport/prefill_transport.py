@@ -21,7 +21,7 @@ from components.engine.disagg.transport.transport import (
     check_host,
     check_timeout,
 )
-from protocol.kv_side_channel import FirstLogprob
+from protocol.kv_side_channel import ChoiceFirst, FirstLogprob
 
 __all__ = ["PrefillTransport"]
 
@@ -70,11 +70,13 @@ class PrefillTransport(TransportBase):
         return self._side.totals
 
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
-                    logprob: FirstLogprob | None = None, cached_tokens: int = 0) -> None:
+                    logprob: FirstLogprob | None = None, cached_tokens: int = 0,
+                    choices: tuple[ChoiceFirst, ...] = ()) -> None:
         self._require_open()
         # Read pending messages first: a decode abort that already arrived must win over a WRITE.
         self._service(0.0)
-        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob, cached_tokens)
+        self._side.add_prefill(int(room), runs, int(first_token), rid, logprob, cached_tokens,
+                               tuple(choices))
 
     def _channel(self) -> BootstrapServer | None:
         return self._server

@@ -24,7 +24,7 @@ from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peers import Tombstones
 from components.engine.disagg.transport.runs import Run, coalesce, pair_runs, total_bytes
 from protocol.kv_side_channel import (
-    Abort, AbortAck, FirstLogprob, Holding, KVNotif, Written, encode,
+    Abort, AbortAck, ChoiceFirst, FirstLogprob, Holding, KVNotif, Written, encode,
 )
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class PrefillRoom:
     nbytes: int = 0  # what the WRITE moves
     logprob: FirstLogprob | None = None  # the first token's, when the request asked for them
     cached_tokens: int = 0  # prompt tokens this prefill served from its prefix cache
+    choices: tuple[ChoiceFirst, ...] = ()  # n > 1: the further choices' first tokens
     elapsed: float = 0.0  # post to DONE, once DONE
 
     def give_up(self, message: str, kind: FailureKind) -> None:
@@ -132,7 +133,7 @@ class PrefillWrites:
         try:
             src, dst = coalesce(*pair_runs(r.runs, reg.runs))
             notif = encode(KVNotif(room=r.room, first_token=r.first_token, logprob=r.logprob,
-                                   cached_tokens=r.cached_tokens))
+                                   cached_tokens=r.cached_tokens, choices=list(r.choices)))
             r.handle, state = self._nixl.write(reg.agent, src, dst, notif)
         except (ValueError, *self._nixl.errors) as exc:
             logger.warning("room %s (rid %s): KV WRITE not started: %s", r.room, r.rid, exc)

@@ -70,7 +70,7 @@ from components.engine.disagg.transport.peering import Peering
 from components.engine.disagg.transport.prefill_side import PrefillSide
 from components.engine.disagg.transport.prefill_writes import TransferTotals
 from components.engine.disagg.transport.runs import Run
-from protocol.kv_side_channel import FirstLogprob
+from protocol.kv_side_channel import ChoiceFirst, FirstLogprob
 
 __all__ = ["TransportBase", "check_host", "check_timeout"]
 
@@ -152,7 +152,8 @@ class TransportBase:
     # One side's calls, made on the other side's transport, fail clearly (each side overrides
     # its own): the engine holds a transport of either side.
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
-                    logprob: FirstLogprob | None = None, cached_tokens: int = 0) -> None:
+                    logprob: FirstLogprob | None = None, cached_tokens: int = 0,
+                    choices: tuple[ChoiceFirst, ...] = ()) -> None:
         self._wrong_side("add_prefill", "prefill")
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
