@@ -1,6 +1,7 @@
 """n > 1 and `stream_options.continuous_usage_stats` through the real frontend, on aggregated
-workers in both input modes (one frontend, a Tokens-mode and a Text-mode worker). The
-disaggregated worker's 400 for n > 1 is in test_e2e_tokens.py and test_e2e_text.py."""
+workers in both input modes (one frontend, a Tokens-mode and a Text-mode worker). Disaggregated
+n > 1, checked equal to aggregated choice by choice, is in test_e2e_tokens.py (both styles),
+test_e2e_text.py and test_e2e_sglang_disagg.py."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from tests.e2e.choices_checks import SEEDED_N, TOP_K_N, assert_choices_equal
 from tests.e2e.client import chat, error_message, post, stream, user
 from tests.e2e.logprobs_checks import check_chat
 from tests.support.shared_stacks import TEXT
@@ -40,6 +41,14 @@ def test_text_chat_disagg_equals_agg_with_exact_usage(text_stack, http, tokenize
     assert got["usage"]["completion_tokens"] == GREEDY["max_tokens"]
 
 
+@pytest.mark.parametrize("sampling", [TOP_K_N, SEEDED_N], ids=["top-k", "seeded-logprobs"])
+def test_text_n3_disagg_equals_agg_choice_by_choice(text_stack, http, sampling):
+    texts = assert_choices_equal(http, text_stack.url, DISAGG, AGG,
+                                 {"messages": user(PROMPTS[1]), **sampling})
+    if sampling is SEEDED_N:
+        assert len(set(texts)) > 1, texts
+
+
 def test_text_stream_equals_whole_with_role_once_and_usage(text_stack, http):
     req = body(DISAGG, PROMPTS[1])
     whole = chat(http, text_stack.url, req)["choices"][0]["message"]["content"]
@@ -68,7 +77,6 @@ def test_text_max_tokens_one_and_stop_string(text_stack, http):
     ({"max_tokens": -1}, ["-1"]),
     ({"temperature": -0.5}, ["temperature"]),
     ({"messages": user("word " * (CONTEXT_LENGTH + 100))}, ["context"]),
-    ({"n": 2}, ["n=1"]),
     # A pre-tokenized prompt reaches the worker unchecked; the worker names the bad id.
     ({"nvext": {"token_data": [1, 2, 99999]}}, ["99999", "out of vocabulary"]),
     ({"logprobs": True, "top_logprobs": 21}, ["top_logprobs", "20"]),

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from harness.topology import wait_until
+from tests.e2e.choices_checks import SEEDED_N, TOP_K_N, assert_choices_equal
 from tests.e2e.client import chat, completion, error_message, leave_mid_stream, post, stream, user
 from tests.e2e.logprobs_checks import check_chat, check_completions
 from tests.support.shared_stacks import (
@@ -55,6 +56,16 @@ def test_chat_disagg_equals_agg_with_exact_usage(tokens_stack, http, tokenizer, 
     assert usage["completion_tokens"] == GREEDY["max_tokens"]
     assert usage["prompt_tokens"] == prompt_len(tokenizer, prompt)
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+@pytest.mark.parametrize("sampling", [TOP_K_N, SEEDED_N], ids=["top-k", "seeded-logprobs"])
+def test_n3_disagg_equals_agg_choice_by_choice(tokens_stack, http, sampling):
+    """The prompt is prefilled once and its KV moved once (both styles: the frontend sends n
+    on both legs with its one bootstrap_info); the decode forks it into the choices."""
+    texts = assert_choices_equal(http, tokens_stack.url, DISAGG, AGG,
+                                 {"messages": user(PROMPTS[1]), **sampling})
+    if sampling is SEEDED_N:
+        assert len(set(texts)) > 1, texts  # each choice samples on its own
 
 
 def test_streamed_chat_equals_non_streamed(tokens_stack, http):
@@ -182,7 +193,6 @@ def test_sixteen_concurrent_streams_complete_with_exact_counts(tokens_stack):
     # whose message names the id (test_e2e_text.py).
     ("completions", {"prompt": [1, 2, 99999]}, ["invalid request"]),
     ("completions", {"prompt": [7] * (CONTEXT_LENGTH + 10)}, ["context"]),
-    ("chat/completions", {"messages": user("hi"), "n": 2}, ["n=1"]),
 ])
 def test_bad_request_is_a_400_naming_the_problem_then_service_continues(
         tokens_stack, http, path, body, words):
