@@ -33,6 +33,14 @@ def host_problem(host: object) -> str | None:
     return None
 
 
+def choice_room(room: int, index: int) -> int:
+    """The room of choice ``index`` of an ``n > 1`` request in ``room`` where each choice needs
+    a room of its own (SGLang's ``room + i``, wrapped within [1, 2^63)): both legs derive the
+    same rooms from the one the frontend or the prefill drew."""
+    span = MAX_BOOTSTRAP_ROOM - MIN_BOOTSTRAP_ROOM + 1
+    return (room - MIN_BOOTSTRAP_ROOM + index) % span + MIN_BOOTSTRAP_ROOM
+
+
 class BootstrapInfo(BaseModel):
     """The prefill handler's first stream item.
 

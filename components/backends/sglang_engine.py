@@ -17,6 +17,7 @@ from sglang.srt.server_args import ServerArgs
 
 from components.backends.sglang import dp_layout
 from components.backends.sglang_aborts import aborts_are_ordered, order_aborts
+from components.backends.sglang_choices import RoomPerChoice
 from components.backends.sglang_env import prepare_sglang_environment
 from components.backends.sglang_compat import (
     adopt_flags, sglang_adapt_tokenizer_manager, sglang_end_request, sglang_scheduler_info,
@@ -124,7 +125,7 @@ def create_engine(server_args: ServerArgs) -> Any:
     if engine.tokenizer_manager is not None:  # None on a node other than the first
         order_aborts(engine.tokenizer_manager)
         sglang_adapt_tokenizer_manager(engine.tokenizer_manager)
-    return engine
+    return room_per_choice(engine)
 
 
 def attach_engine(parent_pid: int) -> Any:
@@ -135,7 +136,15 @@ def attach_engine(parent_pid: int) -> Any:
     engine = sgl.Engine.attach_tokenizer_worker(parent_pid)
     order_aborts(engine.tokenizer_manager)
     sglang_adapt_tokenizer_manager(engine.tokenizer_manager)
-    return engine
+    return room_per_choice(engine)
+
+
+def room_per_choice(engine: Any) -> Any:
+    """A disaggregated engine serves n > 1 one room per choice (`sglang_choices.py`)."""
+    mode = str(getattr(engine.server_args, "disaggregation_mode", "null") or "null")
+    if mode not in ("prefill", "decode"):
+        return engine
+    return RoomPerChoice(engine, prefill=mode == "prefill")
 
 
 def abort_process_requests(engine: Any, prefix: str) -> None:

@@ -57,8 +57,8 @@ def assert_choices_equal(http: httpx.Client, url: str, model: str, reference: st
     got = chat(http, url, {"model": model, **body})
     ref = chat(http, url, {"model": reference, **body})
     texts = [c["message"]["content"] for c in by_index(got)]
-    assert [c["index"] for c in by_index(got)] == list(range(n))
-    assert texts == [c["message"]["content"] for c in by_index(ref)]
+    assert [c["index"] for c in by_index(got)] == list(range(n)), got
+    assert texts == [c["message"]["content"] for c in by_index(ref)], (got, ref)
     assert all(c["finish_reason"] == "length" for c in got["choices"])
     if body.get("logprobs"):
         assert ([c["logprobs"] for c in by_index(got)]
@@ -66,7 +66,7 @@ def assert_choices_equal(http: httpx.Client, url: str, model: str, reference: st
     assert got["usage"]["completion_tokens"] == n * max_tokens
     assert got["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
     s = streamed(http, url, {"model": model, **body})
-    assert s["text"] == dict(enumerate(texts))
+    assert s["text"] == dict(enumerate(texts)), (s, texts)
     assert s["roles"] == {i: 1 for i in range(n)}
     assert s["finishes"] == {i: ["length"] for i in range(n)}
     assert s["usage"]["completion_tokens"] == n * max_tokens
