@@ -141,7 +141,8 @@ def attach_engine(parent_pid: int) -> Any:
 
 def room_per_choice(engine: Any) -> Any:
     """A disaggregated engine serves n > 1 one room per choice (`sglang_choices.py`)."""
-    mode = str(getattr(engine.server_args, "disaggregation_mode", "null") or "null")
+    server_args = getattr(engine, "server_args", None)  # an attached worker's may lack it
+    mode = str(getattr(server_args, "disaggregation_mode", "null") or "null")
     if mode not in ("prefill", "decode"):
         return engine
     return RoomPerChoice(engine, prefill=mode == "prefill")
