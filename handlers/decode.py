@@ -19,7 +19,7 @@ from handlers.core.base import BaseHandler, Context, Engine, PrefillClient, Room
 from handlers.text.chat_outputs import ChoiceOutputs
 from handlers.text.chat_stream import ChatStream, asks_for
 from handlers.core.errors import EngineError, RequestError
-from handlers.disagg.frontend_disagg import SentRoom, check_no_prompt_logprobs
+from handlers.disagg.frontend_disagg import SentRoom
 from handlers.disagg.half_end import HalfEnd, claim_boot
 from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.core.live import new_rid
@@ -28,6 +28,7 @@ from handlers.core.logprobs import (
 )
 from handlers.disagg.orchestration import Orchestration
 from handlers.disagg.prefill_handoff import PrefillHandoff
+from handlers.disagg.prompt_logprobs import DecodeSide, decode_logprob_kwargs
 from handlers.core.routing import routing_kwargs
 from handlers.text.preprocess import Preprocessor
 from handlers.core.sampling import text_sampling_params, tokens_sampling_params
@@ -68,6 +69,7 @@ class _Job:
     # the engine's return_logprob, top_logprobs_num, ... and the routing hints
     # (handlers/core/routing.py)
     logprob_kwargs: dict[str, Any] = field(default_factory=dict)
+    prompt_from_prefill: bool = False  # disaggregated prompt logprobs (prompt_logprobs.py)
 
 
 class DecodeHandler(BaseHandler):
@@ -149,7 +151,6 @@ class DecodeHandler(BaseHandler):
     def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
         req = _parse(PreprocessedRequest, request)
         check_tokens_request(req)
-        self._check_prompt_logprobs(req.output_options.prompt_logprobs)
         self._check_prompt(req.token_ids, vocab_field="token_ids")
         params = tokens_sampling_params(
             req,
@@ -157,10 +158,13 @@ class DecodeHandler(BaseHandler):
             context_length=self.config.context_length,
             skip_tokenizer_init=True,
         )
+        logprobs, from_prefill = decode_logprob_kwargs(tokens_logprob_kwargs(req.output_options),
+                                                       self.config.orchestration.disaggregated)
         return _Job(req.token_ids, params, req, TokenStream(req.output_options),
-                    logprob_kwargs={**tokens_logprob_kwargs(req.output_options),
+                    logprob_kwargs={**logprobs,
                                     **routing_kwargs(req.routing,
-                                                     self.config.orchestration.disaggregated)})
+                                                     self.config.orchestration.disaggregated)},
+                    prompt_from_prefill=from_prefill)
 
     async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
         req = _parse(ChatCompletionRequest, request)
@@ -191,10 +195,6 @@ class DecodeHandler(BaseHandler):
             token_ids=ids, output_options=prefill_request_options(logprobs))
         return _Job(ids, params, prefill, stream, logprob_kwargs=logprobs)
 
-    def _check_prompt_logprobs(self, prompt_logprobs: Optional[int]) -> None:
-        if self.config.orchestration.disaggregated:
-            check_no_prompt_logprobs(prompt_logprobs)
-
     def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:
         limit = self.config.context_length
         if len(ids) >= limit:
@@ -220,6 +220,7 @@ class DecodeHandler(BaseHandler):
             boot = await self._handoff.start(job.prefill_request, job.sampling_params, guard,
                                              context)
             end.claim = await claim_boot(self.rooms, boot)
+        prompt = DecodeSide(end.claim) if job.prompt_from_prefill else None
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,
@@ -241,6 +242,8 @@ class DecodeHandler(BaseHandler):
         guard.progressing()  # decode has the KV now: a later prefill hiccup is harmless
         while chunk is not END:
             guard.check()
+            if prompt is not None:  # the prefill's prompt logprobs into each final chunk
+                chunk = await prompt.merge(chunk, guard)
             out = job.stream.convert(chunk)
             if out is not None:
                 yield out

@@ -26,6 +26,7 @@ from handlers.core.errors import EngineError, RequestError
 from handlers.core.finish import map_finish_reason
 from handlers.disagg.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
 from handlers.disagg.orchestration import Orchestration, takes_flat_request
+from handlers.disagg.prompt_logprobs import PrefillSide, wants_prompt_logprobs
 from handlers.core.guard import END, RequestGuard, Stopped, next_item
 from handlers.core.health import is_health_check
 from handlers.core.live import new_rid
@@ -82,6 +83,11 @@ class PrefillHandler(BaseHandler):
         from_frontend = not health_check and takes_flat_request(self.config.orchestration,
                                                                 request)
         ids, params, sent, logprobs = self._leg(request, from_frontend)
+        if wants_prompt_logprobs(logprobs) and self.rooms is None and not health_check:
+            raise RequestError(
+                "output_options.prompt_logprobs (completions' echo, or prompt_logprobs): this "
+                "prefill process has no room watch to send prompt logprobs to the decode worker "
+                "on (an attached --tokenizer-worker-num process); use an aggregated model")
         boot = sent or BootstrapInfo(bootstrap_host=self.config.bootstrap_host,
                                      bootstrap_port=self.config.bootstrap_port,
                                      bootstrap_room=new_room())
@@ -118,6 +124,9 @@ class PrefillHandler(BaseHandler):
         guard.start()
         started = time.monotonic()
         drain: "Optional[asyncio.Task[PrefillDone]]" = None
+        # The prompt's forward runs only here: its logprobs go to the decode half directly.
+        prompt = (PrefillSide(self.rooms, boot.bootstrap_room)
+                  if wants_prompt_logprobs(logprobs) else None)
         try:
             stream = await self.engine.async_generate(
                 input_ids=ids,
@@ -130,7 +139,7 @@ class PrefillHandler(BaseHandler):
                 **logprobs,
             )
             guard.engine_started()
-            drain = self.spawn(self._drain(stream, guard), name=f"prefill-{guard.rid}")
+            drain = self.spawn(self._drain(stream, guard, prompt), name=f"prefill-{guard.rid}")
             # One loop turn so the drain task submits the request (engines whose stream
             # submits lazily, like SGLang's) before decode learns the room.
             await asyncio.sleep(0)
@@ -199,14 +208,23 @@ class PrefillHandler(BaseHandler):
         raise DecodeEnded(done)
 
     async def _drain(
-        self, stream: AsyncIterator[dict[str, Any]], guard: RequestGuard
+        self, stream: AsyncIterator[dict[str, Any]], guard: RequestGuard,
+        prompt: Optional[PrefillSide] = None,
     ) -> PrefillDone:
-        """Read the engine stream to its end; the last chunk's meta carries the counts."""
+        """Read the engine stream to its end; the last chunk's meta carries the counts, and
+        the prompt logprobs when asked (sent on to the decode half at once)."""
         meta: dict[str, Any] = {}
-        reason = None
-        while (chunk := await next_item(stream)) is not END:
-            meta = chunk.get("meta_info") or meta
-            reason = map_finish_reason(meta.get("finish_reason")) or reason
+        reason, why_none = None, "the prefill engine failed the request"
+        try:
+            while (chunk := await next_item(stream)) is not END:
+                meta = chunk.get("meta_info") or meta
+                reason = map_finish_reason(meta.get("finish_reason")) or reason
+                if prompt is not None:
+                    prompt.seen(meta)
+            why_none = "the prefill engine aborted the request" if reason == "cancelled" else ""
+        finally:
+            if prompt is not None:  # also when it failed: the decode then fails at once
+                prompt.deliver(why_none)
         guard.finish()
         if reason == "cancelled":
             guard.check()  # Stopped when the client went away

@@ -2,7 +2,7 @@
 other half of a request that its half ended (docs/reference/room-watch.md).
 
 One TCP connection per decode worker process and prefill worker; each frame is a 4-byte
-big-endian length and a msgpack body (msgspec, never pickle). Decode -> prefill only:
+big-endian length and a msgpack body (msgspec, never pickle). Decode -> prefill:
 
   ``Claim``    the decode half of ``room`` is live on this connection: the prefill keeps the
                room only while it is claimed (a dropped or silent connection ends every room
@@ -11,6 +11,12 @@ big-endian length and a msgpack body (msgspec, never pickle). Decode -> prefill 
                ``failed`` (the decode failed) or ``invalid`` (the decode refused the request as
                the client's error: the prefill ends its half with the same 400 and message);
   ``Ping``     the connection's owner is alive while it holds claims.
+
+Prefill -> decode, on the connection that claimed the room:
+
+  ``PromptLogprobs``  the prompt logprobs of ``room`` the prefill's engine computed (the prompt's
+               forward runs there only; the decode's stream carries them as an aggregated
+               worker's does), or why there are none (``error``).
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
-from protocol.limits import MAX_BOOTSTRAP_ROOM, MIN_BOOTSTRAP_ROOM
+from protocol.limits import (
+    MAX_BOOTSTRAP_ROOM, MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS, MIN_BOOTSTRAP_ROOM,
+)
 
 Room = Annotated[int, msgspec.Meta(ge=MIN_BOOTSTRAP_ROOM, le=MAX_BOOTSTRAP_ROOM)]
 Outcome = Literal["done", "cancelled", "failed", "invalid"]
 # The ends a prefill must act on: every outcome but "done".
 GONE = ("cancelled", "failed", "invalid")
 MAX_FRAME_BYTES = 8192
+# Prefill -> decode: a prompt's logprobs with 20 alternatives each take ~0.3 KB per prompt token.
+MAX_LOGPROBS_FRAME_BYTES = 64 << 20
 HEADER = struct.Struct(">I")
 
 
@@ -44,25 +54,47 @@ class Ping(msgspec.Struct, tag="ping", frozen=True, forbid_unknown_fields=True):
     pass
 
 
+TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
+Alternatives = Annotated[list[tuple[float, TokenId]], msgspec.Meta(max_length=MAX_TOP_LOGPROBS)]
+
+
+class PromptLogprobs(msgspec.Struct, tag="prompt_logprobs", frozen=True,
+                     forbid_unknown_fields=True):
+    """SGLang's `input_token_logprobs` `(logprob | None, token id)` per prompt position and its
+    `input_top_logprobs` (None where the engine has none: the first position)."""
+
+    room: Room
+    tokens: Annotated[list[tuple[float | None, TokenId]],
+                      msgspec.Meta(max_length=MAX_TOKENS_LIMIT)] = []
+    top: Annotated[list[Alternatives | None], msgspec.Meta(max_length=MAX_TOKENS_LIMIT)] = []
+    error: Annotated[str, msgspec.Meta(max_length=4096)] = ""
+
+
 ToPrefill = Union[Claim, Release, Ping]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(type=ToPrefill)
+_to_decode = msgspec.msgpack.Decoder(type=PromptLogprobs)
 
 
-def frame(msg: Claim | Release | Ping) -> bytes:
+def frame(msg: Claim | Release | Ping | PromptLogprobs) -> bytes:
     body = _encoder.encode(msg)
     return HEADER.pack(len(body)) + body
 
 
-def frame_length(header: bytes) -> int:
-    """The body length a header announces; ValueError past MAX_FRAME_BYTES."""
+def frame_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
+    """The body length a header announces; ValueError past `limit`."""
     (length,) = HEADER.unpack(header)
-    if length > MAX_FRAME_BYTES:
-        raise ValueError(f"room-watch frame of {length} bytes (at most {MAX_FRAME_BYTES})")
+    if length > limit:
+        raise ValueError(f"room-watch frame of {length} bytes (at most {limit})")
     return length
 
 
 def decode(body: bytes) -> Claim | Release | Ping:
     """msgspec.DecodeError / ValidationError for anything but a well-formed message."""
     return _decoder.decode(body)
+
+
+def decode_to_decode(body: bytes) -> PromptLogprobs:
+    """A prefill's frame, read by the decode (msgspec errors as `decode`)."""
+    return _to_decode.decode(body)

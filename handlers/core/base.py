@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, Optional, Protocol
 
 from handlers.core.live import LiveRequests
+from protocol.room_watch import PromptLogprobs
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +77,15 @@ class RoomWatch(Protocol):
 
     def unwatch(self, room: int, gone: "asyncio.Future[RoomEnd]") -> None: ...
 
+    def deliver(self, msg: PromptLogprobs) -> None:
+        """Send the room's prompt logprobs to the decode half that claimed it."""
+
 
 class RoomClaim(Protocol):
     def release(self, outcome: str, message: str = "") -> None: ...
+
+    def prompt_logprobs(self) -> "asyncio.Future[PromptLogprobs]":
+        """The prefill's prompt logprobs of the room (`error` set: none will come)."""
 
 
 class RoomClaims(Protocol):

@@ -63,30 +63,18 @@ class SentRoom:
         return self.boot
 
 
-def check_no_prompt_logprobs(prompt_logprobs: Optional[int]) -> None:
-    """The prompt's forward runs on the prefill worker, and nothing carries its prompt logprobs
-    to the decode worker that answers (SGLang's own router merges them from the prefill's
-    response; Dynamo 1.6.1's frontend does not), so both legs refuse them rather than answer
-    without them."""
-    if prompt_logprobs is not None:
-        raise RequestError(
-            "output_options.prompt_logprobs (completions' echo, or prompt_logprobs): prompt "
-            "logprobs are not supported on a disaggregated model (the prefill worker computes "
-            "the prompt and does not pass its logprobs on); use an aggregated model")
-
-
 def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], OutputOptions]:
     """The flat request's ids, its output options and the SGLang sampling params for computing
     the prompt's KV and the first token: one new token for each of the request's `n` choices
-    (the engine computes the prompt once; docs/reference/orchestration.md). The frontend sends
-    both legs at once, so prefill refuses what decode refuses: otherwise its engine would hold the prompt's KV for a decode
-    that never joins the room, until the bootstrap timeout."""
+    (the engine computes the prompt once; docs/reference/orchestration.md), and the prompt
+    logprobs when asked (handlers/disagg/prompt_logprobs.py). The frontend sends both legs at
+    once, so prefill refuses what decode refuses: otherwise its engine would hold the prompt's
+    KV for a decode that never joins the room, until the bootstrap timeout."""
     try:
         req = parse(PreprocessedRequest, request)
     except ProtocolError as exc:
         raise RequestError(str(exc)) from None
     check_tokens_request(req)
-    check_no_prompt_logprobs(req.output_options.prompt_logprobs)
     ids = req.token_ids
     params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
                                     skip_tokenizer_init=True)

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from tests.e2e.client import chat, completion, user
-from tests.e2e.transformers_ref import greedy_logprobs
+from tests.e2e.transformers_ref import greedy_logprobs, prompt_logprobs
 from tests.support.topologies import AGG, DISAGG
 
 TOL = 1e-4  # the frontend renders logprobs as float32
@@ -89,3 +89,58 @@ def check_completions(http: httpx.Client, url: str, tokenizer: Any, model_path: 
     streamed = [lp for ev in events for c in ev["choices"]
                 for lp in (c.get("logprobs") or {}).get("token_logprobs", [])]
     assert streamed == whole["token_logprobs"]
+
+
+# Prompt logprobs on /v1/completions and the alternatives each position gets: `echo` (the 1.6.1
+# frontend sends it as prompt_logprobs 1) and the body's `prompt_logprobs: k`; the frontend shows
+# them only under `nvext` when named.
+PROMPT_ASKS = (({"echo": True, "logprobs": TOP}, 1), ({"prompt_logprobs": TOP}, TOP))
+SHOW = {"nvext": {"extra_fields": ["prompt_logprobs"]}}
+
+
+def shown_prompt_logprobs(http: httpx.Client, url: str, body: dict[str, Any],
+                          streaming: bool) -> list:
+    """`nvext.prompt_logprobs` of a one-prompt completion (streamed: on its last chunk)."""
+    if not streaming:
+        return completion(http, url, {**body, **SHOW})["nvext"]["prompt_logprobs"]
+    events = sse_events(http, url, "completions", {**body, **SHOW})
+    [shown] = [e["nvext"]["prompt_logprobs"] for e in events
+               if "prompt_logprobs" in (e.get("nvext") or {})]
+    return shown
+
+
+def check_prompt_logprobs(http: httpx.Client, url: str, tokenizer: Any, prompt: str,
+                          model: str = DISAGG) -> None:
+    """`model`'s prompt logprobs, streamed and not, == the aggregated CPU engine's: identical
+    for the CPU engine's disaggregated model, within the tolerance for another engine's."""
+    ids = tokenizer(prompt)["input_ids"]
+    for ask, _ in PROMPT_ASKS:
+        body = {"prompt": prompt, **BODY, **ask}
+        ref = shown_prompt_logprobs(http, url, {"model": AGG, **body}, streaming=False)
+        assert len(ref) == len(ids) and ref[0] is None
+        assert all(str(t) in pos for t, pos in zip(ids[1:], ref[1:]))
+        for streaming in (False, True):
+            got = shown_prompt_logprobs(http, url, {"model": model, **body}, streaming)
+            if model == DISAGG:
+                assert got == ref, (ask, streaming)
+                continue
+            assert len(got) == len(ref) and got[0] is None
+            for mine, want in zip(got[1:], ref[1:]):
+                assert mine.keys() == want.keys(), (mine, want)
+                assert_close([mine[k]["logprob"] for k in mine], [want[k]["logprob"] for k in mine])
+
+
+def check_prompt_logprobs_vs_transformers(http: httpx.Client, url: str, tokenizer: Any,
+                                          model_path: str, prompt: str, model: str) -> None:
+    """`model`'s prompt logprobs, streamed and not, == transformers' forward (for a stack with
+    no aggregated reference; the aggregated CPU engine equals it within the same bound)."""
+    ids = tokenizer(prompt)["input_ids"]
+    want = prompt_logprobs(model_path, ids)
+    for ask, top in PROMPT_ASKS:
+        for streaming in (False, True):
+            got = shown_prompt_logprobs(http, url, {"model": model, "prompt": prompt, **BODY,
+                                                    **ask}, streaming)
+            assert len(got) == len(ids) and got[0] is None
+            assert_close([pos[str(t)]["logprob"] for t, pos in zip(ids[1:], got[1:])], want)
+            assert all(sorted(p["rank"] for p in pos.values() if "rank" in p)
+                       == list(range(1, top + 1)) for pos in got[1:]), (ask, got)

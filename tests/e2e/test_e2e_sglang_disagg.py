@@ -1,7 +1,7 @@
 """SGLang's own prefill/decode disaggregation on CPU (KV over NIXL in DRAM) behind the real
 frontend, in Tokens and Text mode: the decode worker's output equals the aggregated CPU engine's,
-also on a radix-cache hit in the prefill and streamed; a cancelled request leaves nothing in
-either engine; the prefill was warmed up before it served.
+also on a radix-cache hit in the prefill and streamed, and so do its prompt logprobs; a
+cancelled request leaves nothing in either engine; the prefill was warmed up before it served.
 
 One stack per input mode for the module (two SGLang engines start in ~40 s here), on `tiny`.
 Tokens mode runs frontend-orchestrated (Dynamo 1.6.1's style: the frontend sends both legs the
@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.client import chat, error_message, leave_mid_stream, post, stream, user
+from tests.e2e.logprobs_checks import check_prompt_logprobs
 from tests.support.topologies import (
     AGG, DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_topology,
 )
@@ -66,6 +67,14 @@ def test_streamed_decode_equals_aggregated(stack, http):
     assert got.error is None and got.done
     assert got.text == ref["choices"][0]["message"]["content"]
     assert (got.finish_reason, got.usage["completion_tokens"]) == ("length", 10)
+
+
+def test_prompt_logprobs_equal_aggregated(stack, http, tokenizer):
+    # The SGLang prefill computes them (logprob_start_len=0), the decode's engine cannot; they
+    # reach the decode over the room watch. Text mode serves no /v1/completions.
+    if stack.mode == "text":
+        pytest.skip("prompt logprobs are /v1/completions' echo: Tokens mode only")
+    check_prompt_logprobs(http, stack.url, tokenizer, "Once upon a time, the sea", model=SGLANG)
 
 
 def test_cancel_mid_stream_leaves_nothing_in_either_engine(stack, http):

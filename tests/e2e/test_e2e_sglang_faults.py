@@ -1,5 +1,6 @@
 """Faults on the real `sglang.Engine` (SGLang's CPU path), disaggregated over NIXL, in both
-orchestration styles: extreme but valid sampling values never fail, nor touch a concurrent
+orchestration styles: prompt logprobs (computed by the prefill) equal transformers' forward;
+extreme but valid sampling values never fail, nor touch a concurrent
 greedy stream (it comes out exactly as alone); a hung prefill is answered within the bound; a
 killed prefill's clients are all answered within 30 s and a new prefill worker restores
 service; SIGTERM under traffic lets the streams finish and both workers exit 0.
@@ -20,6 +21,7 @@ import pytest
 
 from harness.topology import wait_until
 from tests.e2e.client import post, stream, user
+from tests.e2e.logprobs_checks import check_prompt_logprobs_vs_transformers
 from tests.support.topologies import (
     DECODE_ORCHESTRATED, FRONTEND_ORCHESTRATED, SGLANG, start_sglang_prefill,
     start_sglang_topology,
@@ -61,6 +63,13 @@ def chat_status(url: str, body: dict) -> tuple[int, float]:
         t0 = time.monotonic()
         r = post(client, url, "chat/completions", body)
         return r.status_code, time.monotonic() - t0
+
+
+def test_prompt_logprobs_equal_transformers(stack, http, tokenizer, tiny_model_path):
+    # Both styles on SGLang (test_e2e_sglang_disagg.py compares frontend-orchestrated ones with
+    # the aggregated CPU engine, which equals transformers within the same bound).
+    check_prompt_logprobs_vs_transformers(http, stack.url, tokenizer, tiny_model_path,
+                                          "Once upon a time, the sea", SGLANG)
 
 
 def test_extreme_sampling_leaves_a_concurrent_stream_exactly_as_alone(stack):

@@ -14,7 +14,7 @@ import pytest
 from harness.topology import wait_until
 from tests.e2e.choices_checks import SEEDED_N, TOP_K_N, assert_choices_equal
 from tests.e2e.client import chat, completion, error_message, leave_mid_stream, post, stream, user
-from tests.e2e.logprobs_checks import check_chat, check_completions
+from tests.e2e.logprobs_checks import check_chat, check_completions, check_prompt_logprobs
 from tests.support.shared_stacks import (
     TOKENS, TOKENS_ETCD, TOKENS_FRONTEND, TOKENS_FRONTEND_ETCD, lease,
 )
@@ -238,3 +238,8 @@ def test_chat_logprobs_match_transformers_and_aggregated(tokens_stack, http, tok
 def test_completions_logprobs_match_transformers_and_aggregated(tokens_stack, http, tokenizer,
                                                                 tiny_model_path):
     check_completions(http, tokens_stack.url, tokenizer, tiny_model_path, "Once upon a time")
+
+
+def test_prompt_logprobs_disaggregated_equal_aggregated(tokens_stack, http, tokenizer):
+    # Computed by the prefill, sent to the decode over the room watch (both styles).
+    check_prompt_logprobs(http, tokens_stack.url, tokenizer, "Once upon a time, the sea")

@@ -50,3 +50,14 @@ def greedy_logprobs(model_path: str, prompt: list[int], n: int, top: int
             tops.append(list(zip(vals.tolist(), idx.tolist())))
             ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
     return out, lps, tops
+
+
+def prompt_logprobs(model_path: str, prompt: list[int]) -> list[float]:
+    """`log_softmax` of transformers' logits at each prompt position for the prompt's next
+    token: entry i is token i + 1's logprob (SGLang's prompt logprobs from position 0)."""
+    import torch
+
+    model = _model(model_path, "cpu")
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([prompt])).logits[0].float(), dim=-1)
+    return [float(logp[i - 1, prompt[i]]) for i in range(1, len(prompt))]

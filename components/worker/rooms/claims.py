@@ -4,6 +4,8 @@ One connection per prefill worker's watch server, opened on first use and kept: 
 the room's Claim as the decode half arrives, and the returned claim's `release` sends how the
 half ended. While a connection holds claims it pings, so a hung decode's rooms end too. A watch
 server that cannot be reached costs nothing but the guarantee: the request goes on unclaimed.
+The prefill sends a claimed room's prompt logprobs back on the same connection
+(`RoomClaim.prompt_logprobs`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Optional
 
-from protocol.room_watch import Claim, Outcome, Ping, Release, frame
+import msgspec
+
+from protocol.room_watch import (
+    HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, Outcome, Ping, PromptLogprobs, Release,
+    decode_to_decode, frame, frame_length,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +33,8 @@ class _Link:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  ping_s: float) -> None:
         self.rooms: set[int] = set()
+        # each claimed room's prompt logprobs, when the prefill sends them
+        self.logprobs: dict[int, asyncio.Future[PromptLogprobs]] = {}
         self._writer = writer
         self._wake = asyncio.Event()
         self._tasks = (asyncio.ensure_future(self._ping(ping_s)),
@@ -42,7 +51,16 @@ class _Link:
 
     def claimed(self, room: int) -> None:
         self.rooms.add(room)
+        waiting = self.logprobs[room] = asyncio.get_running_loop().create_future()
+        if not self.open:
+            waiting.set_result(PromptLogprobs(room, error="the room watch connection closed"))
         self._wake.set()
+
+    def released(self, room: int) -> None:
+        self.rooms.discard(room)
+        waiting = self.logprobs.pop(room, None)
+        if waiting is not None:
+            waiting.cancel()
 
     async def _ping(self, every_s: float) -> None:
         while self.open:
@@ -53,17 +71,31 @@ class _Link:
             self.send(Ping())
 
     async def _until_closed(self, reader: asyncio.StreamReader) -> None:
-        """The server never writes: EOF or an error means the prefill worker went away."""
+        """The server writes only prompt logprobs: EOF or an error means the prefill worker
+        went away, a malformed frame that it cannot be trusted."""
+        why = "the prefill worker's room watch closed the connection"
         try:
-            await reader.read()
-        except ConnectionError:
+            while True:
+                header = await reader.readexactly(HEADER.size)
+                body = await reader.readexactly(frame_length(header, MAX_LOGPROBS_FRAME_BYTES))
+                msg = decode_to_decode(body)
+                waiting = self.logprobs.get(msg.room)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(msg)
+        except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        self.close()
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            why = f"the prefill worker's room watch sent a malformed frame: {exc}"
+            logger.warning("room watch: %s", why)
+        self.close(why)
 
-    def close(self) -> None:
+    def close(self, why: str = "the room watch connection closed") -> None:
         for task in self._tasks:
             task.cancel()
         self._writer.close()
+        for room, waiting in self.logprobs.items():
+            if not waiting.done():
+                waiting.set_result(PromptLogprobs(room, error=why))
 
 
 class RoomClaim:
@@ -74,11 +106,16 @@ class RoomClaim:
         self.room = room
         self._released = False
 
+    def prompt_logprobs(self) -> "asyncio.Future[PromptLogprobs]":
+        """Resolves with the prefill's PromptLogprobs for this room, or one whose `error` says
+        why none will come (the connection closed first)."""
+        return self._link.logprobs[self.room]
+
     def release(self, outcome: Outcome, message: str = "") -> None:
         if self._released:
             return
         self._released = True
-        self._link.rooms.discard(self.room)
+        self._link.released(self.room)
         self._link.send(Release(self.room, outcome, message[:4096]))
 
 

@@ -5,6 +5,7 @@ half it serves; when that half ends early it releases the room with its outcome.
 claim is released as gone, or whose connection drops or falls silent, ends: the prefill leg
 watching it (`watch`) is told at once, and a leg that arrives later finds it ended and computes
 nothing. The engine does not matter: the prefill handler aborts its engine request by rid.
+The other way, `deliver` sends a room's prompt logprobs to the connection that claimed it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Optional
 import msgspec
 
 from protocol.room_watch import (
-    GONE, HEADER, Claim, Ping, Release, decode, frame_length,
+    GONE, HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, Ping, PromptLogprobs, Release, decode, frame,
+    frame_length,
 )
 
 logger = logging.getLogger(__name__)
@@ -28,13 +30,17 @@ logger = logging.getLogger(__name__)
 ENDED_TTL_S = 120.0
 MAX_ENDED = 1 << 16
 MAX_CLAIMS_PER_CONNECTION = 1 << 16
+# Prompt logprobs of rooms not claimed yet, kept for their claim (the decode claims before its
+# engine joins the room, so this only bridges two connections' delivery order).
+MAX_UNDELIVERED = 256
 DROPPED = "the decode worker's room-watch connection dropped"
 
 
 class _Connection:
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, writer: asyncio.StreamWriter) -> None:
         self.peer = peer
         self.rooms: set[int] = set()
+        self.writer = writer
 
 
 class RoomWatchServer:
@@ -52,6 +58,7 @@ class RoomWatchServer:
         self._claims: dict[int, _Connection] = {}
         self._ended: OrderedDict[int, tuple[Release, float]] = OrderedDict()
         self._legs: dict[int, asyncio.Future[Release]] = {}
+        self._undelivered: OrderedDict[int, PromptLogprobs] = OrderedDict()
 
     async def start(self) -> None:
         try:
@@ -91,6 +98,21 @@ class RoomWatchServer:
             self._cancel_deadline(room)
         gone.cancel()
 
+    def deliver(self, msg: PromptLogprobs) -> None:
+        """Send a room's prompt logprobs to its decode half (on its claim, if still to come)."""
+        body = frame(msg)
+        if len(body) - HEADER.size > MAX_LOGPROBS_FRAME_BYTES:
+            body = frame(PromptLogprobs(msg.room, error=(
+                f"the prompt logprobs take {len(body)} bytes, over the room watch's "
+                f"{MAX_LOGPROBS_FRAME_BYTES}")))
+        owner = self._claims.get(msg.room)
+        if owner is not None:
+            owner.writer.write(body)  # the transport buffers it; the loop never blocks
+            return
+        self._undelivered[msg.room] = msg
+        while len(self._undelivered) > MAX_UNDELIVERED:
+            self._undelivered.popitem(last=False)
+
     def _unclaimed(self, room: int) -> None:
         self._deadlines.pop(room, None)
         logger.warning("room %s: no decode claimed it within %.0f s", room, self._claim_timeout_s)
@@ -104,7 +126,7 @@ class RoomWatchServer:
 
     # --- the connections ----------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Connection(str(writer.get_extra_info("peername")))
+        conn = _Connection(str(writer.get_extra_info("peername")), writer)
         try:
             while True:
                 timeout = self._silence_s if conn.rooms else None
@@ -131,6 +153,9 @@ class RoomWatchServer:
                 self._claims[msg.room] = conn
                 conn.rooms.add(msg.room)
                 self._cancel_deadline(msg.room)
+                waiting = self._undelivered.pop(msg.room, None)
+                if waiting is not None:
+                    self.deliver(waiting)
         elif isinstance(msg, Release):
             owner = self._claims.get(msg.room)
             if owner is not None and owner is not conn:

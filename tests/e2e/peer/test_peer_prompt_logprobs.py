@@ -7,18 +7,15 @@ the worker returns as `nvext.prompt_logprobs` when the body names it in `nvext.e
 (`[null, {"<token id>": {"logprob", "rank"?}}, ...]`, one entry per prompt token). It does not
 echo the prompt into `text` or `logprobs`: those hold the completion only, so the peer's
 `text.startswith(prompt)` is asserted as "the text is the answer without echo", and the prompt's
-logprobs are checked in `nvext` against transformers' own forward. The disaggregated model
-refuses prompt logprobs with a 400 (docs/compatibility.md, "What this project decides")."""
+logprobs are checked in `nvext` against transformers' own forward. On the disaggregated model
+the prefill computes them and sends them to the decode (docs/reference/orchestration.md)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.e2e.client import completion, post
-from tests.e2e.peer.wire import MAX_TOKENS, chunks, error_body
-from tests.support.topologies import DISAGG
+from tests.e2e.client import completion
+from tests.e2e.peer.wire import MAX_TOKENS, chunks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -72,12 +69,6 @@ def test_echo_with_logprobs(tokens_stack, model, http, tokenizer, prompt_logprob
     ids = [tokenizer.encode(p) for p in (PROMPTS if as_list else PROMPTS[:1])]
     prompts = ids if as_ids else [tokenizer.decode(i, skip_special_tokens=True) for i in ids]
     body = _body(model, prompts if as_list else prompts[0], stream)
-    if model == DISAGG:
-        r = post(http, tokens_stack.url, "completions", {**body, "stream": stream})
-        # Streamed, the 1.6.1 frontend answers a worker's 400 as an error event under 200.
-        message = (_error_event(r.text) if stream else error_body(r))["message"]
-        assert "prompt logprobs" in message and "disaggregated" in message, message
-        return
     plain = [completion(http, tokens_stack.url, {**_body(model, p, False), "echo": False}
                         )["choices"][0]["text"] for p in prompts]
     if stream:
@@ -130,11 +121,3 @@ def _prompt_of(shown: list, ids: list[list[int]]) -> list[int]:
     [prompt] = [i for i in ids if len(i) == len(shown)
                 and all(str(t) in entry for t, entry in zip(i[1:], shown[1:]))]
     return prompt
-
-
-def _error_event(sse: str) -> dict:
-    events = [json.loads(line[len("data:"):]) for line in sse.splitlines()
-              if line.startswith("data:") and line.strip() != "data: [DONE]"]
-    [error] = [e["error"] for e in events if "error" in e]
-    assert error["code"] == 400, error
-    return error

@@ -1,15 +1,15 @@
 """Prompt logprobs and the matched stop in the handlers: `output_options.prompt_logprobs`
 (completions' `echo`) -> SGLang's `logprob_start_len=0`; the engine's `input_token_logprobs` ->
 Dynamo's `engine_data.prompt_logprobs` on the last delta; SGLang's `matched` -> Dynamo's
-`stop_reason` (Tokens) or `nvext.stop_reason` when asked (Text); disaggregated: a 400."""
+`stop_reason` (Tokens) or `nvext.stop_reason` when asked (Text). Disaggregated:
+test_handlers_disagg_prompt_logprobs.py."""
 
 import pytest
 
 from handlers import DecodeConfig, DecodeHandler
 from handlers.core.errors import RequestError
-from handlers.disagg.frontend_disagg import prefill_leg
 from handlers.disagg.orchestration import Orchestration
-from tests.support.handler_fakes import BOOT, FakeEngine, chunk, collect
+from tests.support.handler_fakes import FakeEngine, chunk, collect
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,11 +22,9 @@ class _Pre:
         return [1, 2]
 
 
-def handler(engine, tokens=True, disaggregated=False):
+def handler(engine, tokens=True):
     config = DecodeConfig(served_model_name="tiny", context_length=64, vocab_size=1000,
-                          skip_tokenizer_init=tokens,
-                          orchestration=(Orchestration.FRONTEND if disaggregated
-                                         else Orchestration.NONE))
+                          skip_tokenizer_init=tokens, orchestration=Orchestration.NONE)
     return DecodeHandler(engine, config, preprocessor=None if tokens else _Pre())
 
 
@@ -96,13 +94,3 @@ async def test_bad_prompt_logprobs_are_a_400(value, words):
         await collect(handler(engine).generate(
             {**TOKENS, "output_options": {"prompt_logprobs": value}}))
     assert words in str(info.value) and not engine.calls
-
-
-async def test_disaggregated_prompt_logprobs_are_a_400_on_both_legs():
-    req = {**TOKENS, "output_options": {"prompt_logprobs": 1}, "bootstrap_info": BOOT}
-    engine = FakeEngine([])
-    with pytest.raises(RequestError, match="not supported on a disaggregated model"):
-        await collect(handler(engine, disaggregated=True).generate(req))
-    with pytest.raises(RequestError, match="not supported on a disaggregated model"):
-        prefill_leg(req)
-    assert not engine.calls
