@@ -3,7 +3,8 @@ than a 200 that silently ignored it (a client asking for JSON must not get prose
 
 Only a field present with a non-default value is refused (`echo: false`, `tools: []` are
 fine). In Tokens mode the 1.6.1 frontend turns `prompt_logprobs` (and completions' `echo`)
-into `output_options.prompt_logprobs`, served in aggregated mode (`handlers/core/logprobs.py`), and
+into `output_options.prompt_logprobs`, served (`handlers/core/logprobs.py`; disaggregated:
+`handlers/disagg/prompt_logprobs.py`), and
 image/audio/video content parts into `multi_modal_data`; it drops `logit_bias` and handles
 `tools` itself, so those never reach a Tokens-mode worker. Structured output
 (`response_format`, `guided_*`, `sampling_options.guided_decoding`) is implemented in
