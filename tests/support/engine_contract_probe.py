@@ -52,6 +52,10 @@ def shape(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         "ids": [i for c in chunks for i in (c.get("output_ids") or [])],
         "meta_ids": sorted({str(m.get("id")) for m in metas}),
         "indexes": sorted({c.get("index") for c in chunks if "index" in c}),
+        # n > 1 interleaves the choices' chunks in an order that depends on timing: what is
+        # fixed is each choice's last finish reason.
+        "finish_by_index": {str(c.get("index")): m.get("finish_reason")
+                            for c, m in zip(chunks, metas) if "index" in c},
     }
 
 

@@ -108,7 +108,7 @@ def test_cpu_engine_sends_on_first_read_like_sglang(runs):
 def test_sglang_n2_runs_one_sub_request_per_choice(runs):
     got = runs["sglang"]["n2"]
     assert got["indexes"] == [0, 1] and len(got["meta_ids"]) == 2
-    assert got["finish_reasons"][-2:] == [{"type": "length", "length": 6}] * 2
+    assert got["finish_by_index"] == {i: {"type": "length", "length": 6} for i in ("0", "1")}
 
 
 def test_cpu_engine_runs_n2_like_sglang(runs):
@@ -116,7 +116,7 @@ def test_cpu_engine_runs_n2_like_sglang(runs):
     assert cpu["indexes"] == sglang["indexes"] == [0, 1]
     assert len(cpu["meta_ids"]) == 2 and cpu["raised"] is None
     assert cpu["chunk_keys"] == sglang["chunk_keys"]
-    assert cpu["finish_reasons"][-2:] == sglang["finish_reasons"][-2:]
+    assert cpu["finish_by_index"] == sglang["finish_by_index"]
 
 
 def test_structured_output_same_tokens_and_errors_as_sglang(runs):
