@@ -85,8 +85,29 @@ models: install
 demo: install
 	bash examples/demo.sh
 
-bench: install aiperf
+bench: install aiperf smg bench-deps
 	bash benchmarks/run_all.sh
+
+# What only the benchmarks need in .venv (requirements/bench.txt says why).
+BENCH_STAMP := $(VENV)/.bench-installed
+.PHONY: bench-deps smg
+bench-deps: $(BENCH_STAMP)
+
+$(BENCH_STAMP): $(STAMP) requirements/bench.txt
+	$(PIP) install -q -c requirements/constraints.txt -r requirements/bench.txt
+	touch $(BENCH_STAMP)
+
+# The Shepherd Model Gateway for the sglang-native arms, in its own venv (requirements/smg.txt).
+SMG_VENV := .venv-smg
+SMG_STAMP := $(SMG_VENV)/.installed
+smg: $(SMG_STAMP)
+
+$(SMG_STAMP): requirements/smg.txt
+	test -x $(SMG_VENV)/bin/python || $(PYTHON) -m venv $(SMG_VENV)
+	echo '*' > $(SMG_VENV)/.gitignore  # git ignores the venv, as Python >= 3.13's venv does
+	$(SMG_VENV)/bin/pip install -q --upgrade pip
+	$(SMG_VENV)/bin/pip install -q -r requirements/smg.txt
+	touch $(SMG_STAMP)
 
 # NVIDIA aiperf for benchmarks/bench_aiperf.py, in its own venv (requirements/aiperf.txt says why).
 AIPERF_VENV := .venv-aiperf

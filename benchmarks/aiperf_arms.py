@@ -5,7 +5,9 @@ directory and discovery directory of its own.
 - agg-sglang, disagg-sglang: this worker on the real `sglang.Engine` (`--engine sglang`);
 - dynamo-sglang, dynamo-sglang-disagg: Dynamo 1.6.1's own SGLang worker (`python -m
   dynamo.sglang`), aggregated, and a prefill and a decode worker (frontend-orchestrated, the
-  only style 1.6.1 has).
+  only style 1.6.1 has);
+- sglang-native, sglang-native-disagg: SGLang's own server behind its gateway, smg
+  (benchmarks/native_arms.py).
 The SGLang arms run SGLang's CPU path with the test stand-ins (harness/topology.py's
 `engine_env`), with the same engine flags for this worker and 1.6.1's, given explicitly so neither
 worker's defaults decide them.
@@ -13,6 +15,7 @@ worker's defaults decide them.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -21,11 +24,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.native_arms import NATIVE_ARMS, NativeArm, exactness_problems
 from benchmarks.proc_tree_cpu import descendants
 from benchmarks.serving_arms import spawn_topology
 from harness.topology import Stack, free_port
 
-ARMS = ("agg", "disagg", "agg-sglang", "disagg-sglang", "dynamo-sglang", "dynamo-sglang-disagg")
+logger = logging.getLogger("aiperf_arms")
+ARMS = ("agg", "disagg", "agg-sglang", "disagg-sglang", "dynamo-sglang", "dynamo-sglang-disagg",
+        *NATIVE_ARMS)
 CPU_ARMS = ("agg", "disagg")
 # Sized for concurrency 8 of 256 + 32 tokens (plus the chat template) with room to spare.
 SGLANG_FLAGS = ("--skip-tokenizer-init", "--page-size", "16", "--max-total-tokens", "8192",
@@ -34,6 +40,8 @@ SGLANG_FLAGS = ("--skip-tokenizer-init", "--page-size", "16", "--max-total-token
                 "--dtype", "float32", "--log-level", "warning")
 DISAGG = ("--disaggregation-transfer-backend", "nixl")
 READY_S = 300.0  # several SGLang workers starting at once on 2 cores
+# The arm the native arms' greedy answer is compared with at start-up (same engine and flags).
+EXACT_REFERENCE = "agg-sglang"
 
 
 def _spawn_sglang(name: str, model_path: str, served: str) -> Stack:
@@ -68,21 +76,44 @@ class AiperfArms:
     def __init__(self, arms: list[str], model_path: str, keep_logs: bool) -> None:
         self.names, self.model_path, self.keep_logs = arms, model_path, keep_logs
         self.served = Path(model_path).name
-        self.stacks: dict[str, Stack] = {}
+        self.stacks: dict[str, Stack | NativeArm] = {}
 
     def start(self) -> None:
         # Spawn every arm first so their start-ups overlap, then wait for each.
         try:
             for name in self.names:
-                self.stacks[name] = (
-                    spawn_topology(name, self.model_path, self.served, True) if name in CPU_ARMS
-                    else _spawn_sglang(name, self.model_path, self.served))
+                self.stacks[name] = self._spawn(name)
             for stack in self.stacks.values():
                 # The probe: a decode worker is listed before it has found its prefill peer.
                 stack.wait_ready(self.served, timeout=READY_S, probe=True)
+            self._check_exact()
         except BaseException:
             self.keep_logs = True  # the error points at them
             raise
+
+    def _spawn(self, name: str) -> Stack | NativeArm:
+        if name in CPU_ARMS:
+            return spawn_topology(name, self.model_path, self.served, True)
+        if name in NATIVE_ARMS:
+            arm = NativeArm(name, self.model_path, self.served, SGLANG_FLAGS, DISAGG)
+            arm.start()
+            return arm
+        return _spawn_sglang(name, self.model_path, self.served)
+
+    def _check_exact(self) -> None:
+        """The native arms must answer a greedy request token for token as agg-sglang does (the
+        integrity checks only count completed requests)."""
+        native = [n for n in self.names if n in NATIVE_ARMS]
+        if not native:
+            return
+        if EXACT_REFERENCE not in self.stacks:
+            logger.warning("no %s arm: the native arms' greedy answers are not compared",
+                           EXACT_REFERENCE)
+            return
+        urls = {n: self.url(n) for n in (EXACT_REFERENCE, *native)}
+        problems = exactness_problems(urls, self.served, EXACT_REFERENCE)
+        if problems:
+            raise RuntimeError("greedy answers differ: " + "; ".join(problems))
 
     def url(self, name: str) -> str:
         return self.stacks[name].url

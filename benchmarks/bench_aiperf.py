@@ -10,8 +10,10 @@ other counts). Next to it, this benchmark samples the CPU of each arm's worker p
 
 Arms (benchmarks/aiperf_arms.py), all started once and measured in rotated order per repetition:
 agg and disagg on the CPU engine, agg-sglang and disagg-sglang on `--engine sglang`, and
-dynamo-sglang, the reference every ratio is taken against. aiperf lives in its own environment
-(`make aiperf` -> .venv-aiperf: its dependencies clash with the project's pins).
+dynamo-sglang, the reference every ratio is taken against, and sglang-native(-disagg), SGLang's
+own server behind its gateway smg (benchmarks/native_arms.py). aiperf lives in its own environment
+(`make aiperf` -> .venv-aiperf: its dependencies clash with the project's pins), and so does smg
+(`make smg` -> .venv-smg); SGLang's server needs requirements/bench.txt in .venv (`make bench`).
 
     python -m benchmarks.bench_aiperf [--quick] [--requests N] [--runs N]
 """
@@ -35,6 +37,7 @@ from benchmarks.aiperf_report import (add_worker_cpu, arm_median, integrity_prob
                                       load_export, ratios_to_reference, table)
 from benchmarks.common import (REPO_ROOT, TINY_MODEL, format_table, require_model, results_dir,
                                write_json)
+from benchmarks.native_arms import NATIVE_ARMS, missing_tools
 from benchmarks.proc_tree_cpu import TreeCpuRecorder, cpu_between
 
 logger = logging.getLogger("bench_aiperf")
@@ -166,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     require_model(Path(args.model_path), "tiny")
     if not Path(args.aiperf).exists():
         sys.exit(f"{args.aiperf} missing: run `make aiperf` (or pass --aiperf)")
+    if set(args.arms) & set(NATIVE_ARMS) and (missing := missing_tools()):
+        sys.exit(missing)
     keep = os.environ.get("BENCH_KEEP_LOGS") == "1"
     arms = AiperfArms(args.arms, args.model_path, keep)
     scratch = Path(tempfile.mkdtemp(prefix="aiperf-runs-"))  # aiperf's exports and logs

@@ -2,8 +2,8 @@
 
 AIPERF = """\
 `python -m benchmarks.bench_aiperf`: NVIDIA's own load generator, `aiperf profile` 0.13
-(installed by `make bench` into `.venv-aiperf`, apart from the project's pins), against six
-arms, each `python -m dynamo.frontend` with its workers, `tiny` model, all started once and
+(installed by `make bench` into `.venv-aiperf`, apart from the project's pins), against eight
+arms, six of them `python -m dynamo.frontend` with its workers, `tiny` model, all started once and
 measured in rotated order per repetition:
 
 - **agg**, **disagg**: this worker on its CPU engine (aggregated; prefill + decode over NIXL);
@@ -15,7 +15,15 @@ measured in rotated order per repetition:
   path), with the same engine flags (`--page-size 16 --max-total-tokens 8192 --context-length
   2048 --max-running-requests 8 --device cpu --attention-backend torch_native
   --disable-cuda-graph --dtype float32 --skip-tokenizer-init`): the references. A disaggregated
-  arm's ratios are taken against dynamo-sglang-disagg, every other arm's against dynamo-sglang.
+  arm's ratios are taken against dynamo-sglang-disagg, every other arm's against dynamo-sglang;
+- **sglang-native**, **sglang-native-disagg**: SGLang's own serving, what a user without Dynamo
+  runs: `python -m sglang.launch_server` with the same engine flags but `--skip-tokenizer-init`
+  (SGLang's server tokenizes), behind the Shepherd Model Gateway (`smg launch`, smg 1.13.0,
+  installed by `make bench` into `.venv-smg`): one server (`--worker-urls URL`), or a prefill and
+  a decode server (NIXL; `--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`). The
+  gateway stands where Dynamo's frontend stands in the other arms: its CPU is not counted as the
+  workers'. At start-up each must answer one greedy request token for token as agg-sglang does
+  (`benchmarks/native_arms.py`).
 
 Load, all aiperf's: synthetic chat prompts of 256 tokens, 32 output tokens (`ignore_eos`),
 streamed, concurrency 8, a warm-up of 8 requests, then the measured requests; token counts from

@@ -93,7 +93,8 @@ run disagg_ttft bench_disagg_ttft "${TTFT_ARGS[@]}"
 run serving_tiny bench_serving "${SERVING_TINY_ARGS[@]}"
 run token_cpu bench_token_cpu "${TOKEN_CPU_ARGS[@]}"
 run idle_cpu bench_idle_cpu "${IDLE_ARGS[@]}"
-# NVIDIA aiperf against this worker and Dynamo 1.6.1's dynamo.sglang (`make aiperf` installs it).
+# NVIDIA aiperf against this worker, Dynamo 1.6.1's dynamo.sglang and SGLang's own server behind
+# smg (`make aiperf`, `make smg` and `make bench-deps` install what it needs).
 run bench_aiperf bench_aiperf "${AIPERF_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
