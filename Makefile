@@ -104,7 +104,6 @@ smg: $(SMG_STAMP)
 
 $(SMG_STAMP): requirements/smg.txt
 	test -x $(SMG_VENV)/bin/python || $(PYTHON) -m venv $(SMG_VENV)
-	echo '*' > $(SMG_VENV)/.gitignore  # git ignores the venv, as Python >= 3.13's venv does
 	$(SMG_VENV)/bin/pip install -q --upgrade pip
 	$(SMG_VENV)/bin/pip install -q -r requirements/smg.txt
 	touch $(SMG_STAMP)
@@ -144,4 +143,4 @@ test-gpu: install-gpu
 	$(GPU_VENV)/bin/python -m pytest tests/gpu -v -rA -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(GPU_VENV) $(SGL21_VENV) .cache results
+	rm -rf $(VENV) $(AIPERF_VENV) $(SMG_VENV) $(GPU_VENV) $(SGL21_VENV) .cache results
