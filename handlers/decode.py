@@ -21,6 +21,7 @@ from handlers.text.chat_stream import ChatStream, asks_for
 from handlers.core.errors import EngineError, RequestError
 from handlers.disagg.frontend_disagg import SentRoom
 from handlers.disagg.half_end import HalfEnd, claim_boot
+from handlers.disagg.leg_end import PrefillLegEnd
 from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.core.live import new_rid
 from handlers.core.logprobs import (
@@ -221,6 +222,8 @@ class DecodeHandler(BaseHandler):
                                              context)
             end.claim = await claim_boot(self.rooms, boot)
         prompt = DecodeSide(end.claim) if job.prompt_from_prefill else None
+        leg = (PrefillLegEnd(end.claim, boot.bootstrap_room)
+               if self._sent_rooms and int(job.sampling_params.get("n") or 1) > 1 else None)
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,
@@ -242,6 +245,8 @@ class DecodeHandler(BaseHandler):
         guard.progressing()  # decode has the KV now: a later prefill hiccup is harmless
         while chunk is not END:
             guard.check()
+            if leg is not None:  # n > 1: no finish before the prefill leg ended (leg_end.py)
+                await leg.before(chunk, guard)
             if prompt is not None:  # the prefill's prompt logprobs into each final chunk
                 chunk = await prompt.merge(chunk, guard)
             out = job.stream.convert(chunk)

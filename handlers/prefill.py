@@ -2,7 +2,9 @@
 
 Starts the engine request with a bootstrap room, then yields the bootstrap info FIRST, then
 keeps its stream open until the engine reports the prompt's KV delivered (last item:
-PrefillDone) or raises. It never tokenizes: the request carries token ids.
+PrefillDone) or raises; an `n > 1` frontend leg ends right after its first item and a task sees
+its engine request through (handlers/disagg/leg_end.py). It never tokenizes: the request
+carries token ids.
 
 The worker's orchestration style (`PrefillConfig.orchestration`) says which request shape it
 serves: decode's `{request, sampling_params}` wrapper (fresh room, bare BootstrapInfo first), or
@@ -23,11 +25,11 @@ from typing import Any, Optional
 
 from handlers.core.base import BaseHandler, Context, Engine, RoomEnd, RoomWatch
 from handlers.core.errors import EngineError, RequestError
-from handlers.core.finish import map_finish_reason
 from handlers.disagg.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
 from handlers.disagg.orchestration import Orchestration, takes_flat_request
+from handlers.disagg.prefill_engine import PrefillLeg, drain_engine, first_of, refused
 from handlers.disagg.prompt_logprobs import PrefillSide, wants_prompt_logprobs
-from handlers.core.guard import END, RequestGuard, Stopped, next_item
+from handlers.core.guard import RequestGuard, Stopped
 from handlers.core.health import is_health_check
 from handlers.core.live import new_rid
 from handlers.core.logprobs import tokens_logprob_kwargs
@@ -98,29 +100,38 @@ class PrefillHandler(BaseHandler):
         # frontend leg without bootstrap_info has no decode half to claim it.
         watched = (self.rooms is not None and not health_check
                    and (not from_frontend or sent is not None))
-        gone = self.rooms.watch(boot.bootstrap_room) if watched else None
+        leg = PrefillLeg(self.rooms.watch(boot.bootstrap_room) if watched else None,
+                         early=from_frontend and not health_check
+                         and int(params.get("n") or 1) > 1)
+        gone = leg.gone
         try:
             # aclosing: closing this stream early must run _serve's cleanup (the abort) now
             async with aclosing(self._serve(ids, params, boot, logprobs, from_frontend,
-                                            health_check, gone, context)) as items:
+                                            health_check, leg, context)) as items:
                 async for item in items:
                     yield item
+            if gone is not None and leg.early:
+                # Its last item is out: the decode may let its choices' finishes through now.
+                self.rooms.leg_ended(boot.bootstrap_room)
         except DecodeEnded as exc:
             if exc.end.outcome == "invalid":  # the client's error: the same 400 from both halves
                 raise RequestError(exc.end.message) from None
             logger.info("prefill of room %s stopped: its decode half ended (%s)",
                         boot.bootstrap_room, exc.end.outcome)
         finally:
-            if gone is not None:
+            if gone is not None and not leg.detached:
                 self.rooms.unwatch(boot.bootstrap_room, gone)
 
     async def _serve(self, ids: list[int], params: dict, boot: BootstrapInfo,
                      logprobs: dict[str, Any], from_frontend: bool, health_check: bool,
-                     gone: "Optional[asyncio.Future[RoomEnd]]", context: Optional[Context]
+                     leg: PrefillLeg, context: Optional[Context]
                      ) -> AsyncIterator[dict[str, Any]]:
+        gone = leg.gone
         if gone is not None and gone.done():
             raise DecodeEnded(gone.result())  # before any engine work: nothing to stop
-        guard = RequestGuard(self.engine, new_rid(), context, self.live)
+        # An early-ending leg's engine request outlives the leg's stream and context (the
+        # 1.6.1 frontend never stops a prefill leg anyway): the room watch stops it.
+        guard = RequestGuard(self.engine, new_rid(), None if leg.early else context, self.live)
         guard.start()
         started = time.monotonic()
         drain: "Optional[asyncio.Task[PrefillDone]]" = None
@@ -139,25 +150,54 @@ class PrefillHandler(BaseHandler):
                 **logprobs,
             )
             guard.engine_started()
-            drain = self.spawn(self._drain(stream, guard, prompt), name=f"prefill-{guard.rid}")
+            drain = self.spawn(drain_engine(stream, guard, prompt), name=f"prefill-{guard.rid}")
             # One loop turn so the drain task submits the request (engines whose stream
             # submits lazily, like SGLang's) before decode learns the room.
             await asyncio.sleep(0)
-            if not health_check and not _refused(drain):
+            if not health_check and not refused(drain):
                 yield first_item(boot) if from_frontend else boot.model_dump()
+            if leg.early and not drain.done():
+                # n > 1: end the leg now, long before the decode's first finish can come
+                # (handlers/disagg/leg_end.py); a task sees the engine request through.
+                leg.detached = True
+                self.spawn(self._see_through(drain, guard, leg, boot.bootstrap_room),
+                           name=f"prefill-leg-{guard.rid}")
+                yield last_item(PrefillDone(prompt_tokens=len(ids), cached_tokens=0))
+                return
             done = await self._wait(drain, guard, gone)
         except Stopped:
             logger.info("prefill %s cancelled by the client", guard.rid)
             return
         finally:
-            guard.close()
-            if drain is not None and not drain.done():
-                drain.cancel()  # a cancelled read also aborts a rid SGLang has not registered
+            if not leg.detached:
+                guard.close()
+                if drain is not None and not drain.done():
+                    drain.cancel()  # a cancelled read aborts a rid SGLang has not registered
         logger.info(
             "prefill %s done: prompt=%d cached=%d in %.3fs",
             guard.rid, done.prompt_tokens, done.cached_tokens, time.monotonic() - started,
         )
         yield last_item(done) if from_frontend else done.model_dump()
+
+    async def _see_through(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard,
+                           leg: PrefillLeg, room: int) -> None:
+        """An early-ended leg's engine request, waited for as its leg would have: aborted if
+        the room's decode half ends, bounded by the engine timeout; then the room unwatched."""
+        try:
+            done = await self._wait(drain, guard, leg.gone)
+            logger.info("prefill %s done after its leg: prompt=%d cached=%d", guard.rid,
+                        done.prompt_tokens, done.cached_tokens)
+        except DecodeEnded as exc:
+            logger.info("prefill of room %s stopped: its decode half ended (%s)", room,
+                        exc.end.outcome)
+        except (EngineError, RequestError, Stopped) as exc:
+            logger.warning("prefill %s failed after its leg ended: %s", guard.rid, exc)
+        finally:
+            guard.close()
+            if not drain.done():
+                drain.cancel()
+            if leg.gone is not None:
+                self.rooms.unwatch(room, leg.gone)
 
     def _leg(self, request: Any, from_frontend: bool
              ) -> tuple[list[int], dict, Optional[BootstrapInfo], dict[str, Any]]:
@@ -189,7 +229,7 @@ class PrefillHandler(BaseHandler):
         try:
             # shield: a stop aborts the rid and the drain ends with the engine's stream.
             guard.check()  # before the coroutine exists: race() would leave it unawaited
-            done = await guard.race(_first(drain, gone), self.config.engine_timeout_s)
+            done = await guard.race(first_of(drain, gone), self.config.engine_timeout_s)
         except TimeoutError:
             raise EngineError(
                 f"prefill engine did not finish within {self.config.engine_timeout_s:g} s"
@@ -206,45 +246,3 @@ class PrefillHandler(BaseHandler):
         # TokenizerManager has not registered yet, but a cancelled first read aborts it.
         guard.abort(f"its decode half ended ({done.outcome})")
         raise DecodeEnded(done)
-
-    async def _drain(
-        self, stream: AsyncIterator[dict[str, Any]], guard: RequestGuard,
-        prompt: Optional[PrefillSide] = None,
-    ) -> PrefillDone:
-        """Read the engine stream to its end; the last chunk's meta carries the counts, and
-        the prompt logprobs when asked (sent on to the decode half at once)."""
-        meta: dict[str, Any] = {}
-        reason, why_none = None, "the prefill engine failed the request"
-        try:
-            while (chunk := await next_item(stream)) is not END:
-                meta = chunk.get("meta_info") or meta
-                reason = map_finish_reason(meta.get("finish_reason")) or reason
-                if prompt is not None:
-                    prompt.seen(meta)
-            why_none = "the prefill engine aborted the request" if reason == "cancelled" else ""
-        finally:
-            if prompt is not None:  # also when it failed: the decode then fails at once
-                prompt.deliver(why_none)
-        guard.finish()
-        if reason == "cancelled":
-            guard.check()  # Stopped when the client went away
-            raise EngineError("prefill engine aborted the request")
-        return PrefillDone(
-            prompt_tokens=int(meta.get("prompt_tokens") or 0),
-            cached_tokens=int(meta.get("cached_tokens") or 0),
-        )
-
-
-async def _first(drain: "asyncio.Task[PrefillDone]",
-                 gone: "Optional[asyncio.Future[RoomEnd]]") -> "PrefillDone | RoomEnd":
-    """The drain's outcome, or the decode half's end if that comes first."""
-    if gone is None:
-        return await asyncio.shield(drain)
-    await asyncio.wait({drain, gone}, return_when=asyncio.FIRST_COMPLETED)
-    return drain.result() if drain.done() else gone.result()
-
-
-def _refused(drain: "asyncio.Task[PrefillDone]") -> bool:
-    """SGLang validates a request on the stream's first read (ValueError): then no decode
-    must be sent to a room that will never be served."""
-    return drain.done() and not drain.cancelled() and isinstance(drain.exception(), ValueError)

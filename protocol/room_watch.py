@@ -16,7 +16,11 @@ Prefill -> decode, on the connection that claimed the room:
 
   ``PromptLogprobs``  the prompt logprobs of ``room`` the prefill's engine computed (the prompt's
                forward runs there only; the decode's stream carries them as an aggregated
-               worker's does), or why there are none (``error``).
+               worker's does), or why there are none (``error``);
+  ``LegEnded``  the prefill leg of ``room`` has sent its last item (``n > 1``, frontend-
+               orchestrated only): Dynamo 1.6.1's prefill router ends the whole response at the
+               first finish chunk it gets before the prefill leg's stream ended, so the decode
+               holds its first finish chunk until this comes (orchestration.md, "n > 1").
 """
 
 from __future__ import annotations
@@ -70,14 +74,19 @@ class PromptLogprobs(msgspec.Struct, tag="prompt_logprobs", frozen=True,
     error: Annotated[str, msgspec.Meta(max_length=4096)] = ""
 
 
+class LegEnded(msgspec.Struct, tag="leg_ended", frozen=True, forbid_unknown_fields=True):
+    room: Room
+
+
 ToPrefill = Union[Claim, Release, Ping]
+ToDecode = Union[PromptLogprobs, LegEnded]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(type=ToPrefill)
-_to_decode = msgspec.msgpack.Decoder(type=PromptLogprobs)
+_to_decode = msgspec.msgpack.Decoder(type=ToDecode)
 
 
-def frame(msg: Claim | Release | Ping | PromptLogprobs) -> bytes:
+def frame(msg: Claim | Release | Ping | PromptLogprobs | LegEnded) -> bytes:
     body = _encoder.encode(msg)
     return HEADER.pack(len(body)) + body
 
@@ -95,6 +104,6 @@ def decode(body: bytes) -> Claim | Release | Ping:
     return _decoder.decode(body)
 
 
-def decode_to_decode(body: bytes) -> PromptLogprobs:
+def decode_to_decode(body: bytes) -> PromptLogprobs | LegEnded:
     """A prefill's frame, read by the decode (msgspec errors as `decode`)."""
     return _to_decode.decode(body)

@@ -80,12 +80,18 @@ class RoomWatch(Protocol):
     def deliver(self, msg: PromptLogprobs) -> None:
         """Send the room's prompt logprobs to the decode half that claimed it."""
 
+    def leg_ended(self, room: int) -> None:
+        """Tell the decode half that claimed the room that this prefill leg has ended."""
+
 
 class RoomClaim(Protocol):
     def release(self, outcome: str, message: str = "") -> None: ...
 
     def prompt_logprobs(self) -> "asyncio.Future[PromptLogprobs]":
         """The prefill's prompt logprobs of the room (`error` set: none will come)."""
+
+    def leg_ended(self) -> "asyncio.Future[bool]":
+        """True once the room's prefill leg has ended; False: no word will come."""
 
 
 class RoomClaims(Protocol):

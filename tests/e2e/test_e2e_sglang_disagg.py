@@ -1,7 +1,7 @@
 """SGLang's own prefill/decode disaggregation on CPU (KV over NIXL in DRAM) behind the real
 frontend, in Tokens and Text mode: the decode worker's output equals the aggregated CPU engine's,
-also on a radix-cache hit in the prefill and streamed, and so do its prompt logprobs; a
-cancelled request leaves nothing in either engine; the prefill was warmed up before it served.
+also on a radix-cache hit in the prefill and streamed, and so do its prompt logprobs and each
+of its `n > 1` choices; a cancelled request leaves nothing in either engine; the prefill was warmed up before it served.
 
 One stack per input mode for the module (two SGLang engines start in ~40 s here), on `tiny`.
 Tokens mode runs frontend-orchestrated (Dynamo 1.6.1's style: the frontend sends both legs the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.choices_checks import by_index, streamed
 from tests.e2e.client import chat, error_message, leave_mid_stream, post, stream, user
 from tests.e2e.logprobs_checks import check_prompt_logprobs
 from tests.support.topologies import (
@@ -67,6 +68,36 @@ def test_streamed_decode_equals_aggregated(stack, http):
     assert got.error is None and got.done
     assert got.text == ref["choices"][0]["message"]["content"]
     assert (got.finish_reason, got.usage["completion_tokens"]) == ("length", 10)
+
+
+# The 1.6.1 frontend refuses n > 1 at temperature 0; top_k=1 samples greedily at any
+# temperature, so each choice must equal the greedy aggregated answer whatever SGLang's CPU
+# sampler does with the seed. Several prompts: the 1.6.1 frontend used to drop every choice
+# after the first finish only when that finish beat the prefill leg's end (leg_end.py).
+TOP1_N = {"temperature": 0.7, "top_k": 1, "seed": 7, "max_tokens": 8, "ignore_eos": True,
+          "n": 2, "logprobs": True, "top_logprobs": 1}
+
+
+@pytest.mark.parametrize("n, max_tokens", [(2, 8), (3, 1)])
+def test_n_choices_each_equal_greedy_aggregated_whole_and_streamed(stack, http, n, max_tokens):
+    for prompt in ("Tell me a story about a ship.", "1 2 3 4 5 6 7", "hello there"):
+        ref = chat(http, stack.url, body(AGG, prompt, max_tokens=max_tokens))
+        want = ref["choices"][0]["message"]["content"]
+        req = {"model": SGLANG, "messages": user(prompt), **TOP1_N, "n": n,
+               "max_tokens": max_tokens}
+        got = chat(http, stack.url, req)
+        choices = by_index(got)
+        assert [c["index"] for c in choices] == list(range(n)), got
+        assert [c["message"]["content"] for c in choices] == [want] * n, (got, want)
+        assert [c["finish_reason"] for c in choices] == ["length"] * n
+        assert [len(c["logprobs"]["content"]) for c in choices] == [max_tokens] * n
+        assert got["usage"]["completion_tokens"] == n * max_tokens
+        assert got["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
+        s = streamed(http, stack.url, req)
+        assert s["text"] == dict.fromkeys(range(n), want), s
+        assert s["roles"] == dict.fromkeys(range(n), 1)
+        assert s["finishes"] == {i: ["length"] for i in range(n)}
+        assert s["usage"]["completion_tokens"] == n * max_tokens
 
 
 def test_prompt_logprobs_equal_aggregated(stack, http, tokenizer):

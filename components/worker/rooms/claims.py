@@ -5,7 +5,8 @@ the room's Claim as the decode half arrives, and the returned claim's `release` 
 half ended. While a connection holds claims it pings, so a hung decode's rooms end too. A watch
 server that cannot be reached costs nothing but the guarantee: the request goes on unclaimed.
 The prefill sends a claimed room's prompt logprobs back on the same connection
-(`RoomClaim.prompt_logprobs`).
+(`RoomClaim.prompt_logprobs`), and the end of its leg where the decode waits for it
+(`RoomClaim.leg_ended`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Awaitable, Callable, Optional
 import msgspec
 
 from protocol.room_watch import (
-    HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, Outcome, Ping, PromptLogprobs, Release,
+    HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, LegEnded, Outcome, Ping, PromptLogprobs, Release,
     decode_to_decode, frame, frame_length,
 )
 
@@ -35,6 +36,8 @@ class _Link:
         self.rooms: set[int] = set()
         # each claimed room's prompt logprobs, when the prefill sends them
         self.logprobs: dict[int, asyncio.Future[PromptLogprobs]] = {}
+        # each claimed room's prefill leg end (True), or False when none can come any more
+        self.legs: dict[int, asyncio.Future[bool]] = {}
         self._writer = writer
         self._wake = asyncio.Event()
         self._tasks = (asyncio.ensure_future(self._ping(ping_s)),
@@ -52,15 +55,17 @@ class _Link:
     def claimed(self, room: int) -> None:
         self.rooms.add(room)
         waiting = self.logprobs[room] = asyncio.get_running_loop().create_future()
+        leg = self.legs[room] = asyncio.get_running_loop().create_future()
         if not self.open:
             waiting.set_result(PromptLogprobs(room, error="the room watch connection closed"))
+            leg.set_result(False)
         self._wake.set()
 
     def released(self, room: int) -> None:
         self.rooms.discard(room)
-        waiting = self.logprobs.pop(room, None)
-        if waiting is not None:
-            waiting.cancel()
+        for waiting in (self.logprobs.pop(room, None), self.legs.pop(room, None)):
+            if waiting is not None:
+                waiting.cancel()
 
     async def _ping(self, every_s: float) -> None:
         while self.open:
@@ -71,17 +76,18 @@ class _Link:
             self.send(Ping())
 
     async def _until_closed(self, reader: asyncio.StreamReader) -> None:
-        """The server writes only prompt logprobs: EOF or an error means the prefill worker
-        went away, a malformed frame that it cannot be trusted."""
+        """The server writes only prompt logprobs and leg ends: EOF or an error means the
+        prefill worker went away, a malformed frame that it cannot be trusted."""
         why = "the prefill worker's room watch closed the connection"
         try:
             while True:
                 header = await reader.readexactly(HEADER.size)
                 body = await reader.readexactly(frame_length(header, MAX_LOGPROBS_FRAME_BYTES))
                 msg = decode_to_decode(body)
-                waiting = self.logprobs.get(msg.room)
+                ended = isinstance(msg, LegEnded)
+                waiting = (self.legs if ended else self.logprobs).get(msg.room)
                 if waiting is not None and not waiting.done():
-                    waiting.set_result(msg)
+                    waiting.set_result(True if ended else msg)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -96,6 +102,9 @@ class _Link:
         for room, waiting in self.logprobs.items():
             if not waiting.done():
                 waiting.set_result(PromptLogprobs(room, error=why))
+        for leg in self.legs.values():
+            if not leg.done():
+                leg.set_result(False)
 
 
 class RoomClaim:
@@ -110,6 +119,12 @@ class RoomClaim:
         """Resolves with the prefill's PromptLogprobs for this room, or one whose `error` says
         why none will come (the connection closed first)."""
         return self._link.logprobs[self.room]
+
+    def leg_ended(self) -> "asyncio.Future[bool]":
+        """Resolves True when the prefill says its leg of this room sent its last item (it
+        says so for `n > 1` frontend-orchestrated legs only), False when the connection closed
+        first."""
+        return self._link.legs[self.room]
 
     def release(self, outcome: Outcome, message: str = "") -> None:
         if self._released:

@@ -5,7 +5,8 @@ half it serves; when that half ends early it releases the room with its outcome.
 claim is released as gone, or whose connection drops or falls silent, ends: the prefill leg
 watching it (`watch`) is told at once, and a leg that arrives later finds it ended and computes
 nothing. The engine does not matter: the prefill handler aborts its engine request by rid.
-The other way, `deliver` sends a room's prompt logprobs to the connection that claimed it.
+The other way, `deliver` sends a room's prompt logprobs to the connection that claimed it, and
+`leg_ended` tells it the room's prefill leg sent its last item.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Optional
 import msgspec
 
 from protocol.room_watch import (
-    GONE, HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, Ping, PromptLogprobs, Release, decode, frame,
-    frame_length,
+    GONE, HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, LegEnded, Ping, PromptLogprobs, Release,
+    decode, frame, frame_length,
 )
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class RoomWatchServer:
         self._ended: OrderedDict[int, tuple[Release, float]] = OrderedDict()
         self._legs: dict[int, asyncio.Future[Release]] = {}
         self._undelivered: OrderedDict[int, PromptLogprobs] = OrderedDict()
+        self._legs_ended: OrderedDict[int, None] = OrderedDict()
 
     async def start(self) -> None:
         try:
@@ -113,6 +115,17 @@ class RoomWatchServer:
         while len(self._undelivered) > MAX_UNDELIVERED:
             self._undelivered.popitem(last=False)
 
+    def leg_ended(self, room: int) -> None:
+        """Tell the room's decode half that its prefill leg sent its last item. Unclaimed: no
+        decode half waits for it yet: kept for its claim, as prompt logprobs are."""
+        owner = self._claims.get(room)
+        if owner is not None:
+            owner.writer.write(frame(LegEnded(room)))
+            return
+        self._legs_ended[room] = None  # the decode half claims it in a moment
+        while len(self._legs_ended) > MAX_UNDELIVERED:
+            self._legs_ended.popitem(last=False)
+
     def _unclaimed(self, room: int) -> None:
         self._deadlines.pop(room, None)
         logger.warning("room %s: no decode claimed it within %.0f s", room, self._claim_timeout_s)
@@ -156,6 +169,8 @@ class RoomWatchServer:
                 waiting = self._undelivered.pop(msg.room, None)
                 if waiting is not None:
                     self.deliver(waiting)
+                if self._legs_ended.pop(msg.room, 0) is None:
+                    self.leg_ended(msg.room)
         elif isinstance(msg, Release):
             owner = self._claims.get(msg.room)
             if owner is not None and owner is not conn:

@@ -10,8 +10,6 @@ from components.backends.sglang_choices import RoomPerChoice
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, choice_room
 from protocol.limits import MAX_BOOTSTRAP_ROOM
 
-pytestmark = pytest.mark.asyncio
-
 BOOT = {"bootstrap_host": "10.0.0.7", "bootstrap_port": 9000, "bootstrap_room": 77}
 
 
@@ -51,6 +49,7 @@ async def collect(stream) -> list[dict]:
     return [c async for c in stream]
 
 
+@pytest.mark.asyncio
 async def test_decode_runs_one_request_per_choice_in_consecutive_rooms():
     fake = FakeSglang()
     chunks = await collect(await RoomPerChoice(fake, prefill=False).async_generate(**request(3)))
@@ -61,6 +60,7 @@ async def test_decode_runs_one_request_per_choice_in_consecutive_rooms():
         (i, f"r-{i}") for i in range(3) for _ in range(2)]
 
 
+@pytest.mark.asyncio
 async def test_prefill_caches_the_prompt_through_the_fake_host_before_the_choices():
     fake = FakeSglang()
     await collect(await RoomPerChoice(fake, prefill=True).async_generate(**request(2)))
@@ -72,6 +72,7 @@ async def test_prefill_caches_the_prompt_through_the_fake_host_before_the_choice
     assert [c["bootstrap_room"] for c in fake.calls[1:]] == [77, 78]
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("extra", [{"sampling_params": {"n": 1}}, {"bootstrap_room": None},
                                    {"bootstrap_host": FAKE_BOOTSTRAP_HOST}])
 async def test_one_choice_or_no_room_goes_to_sglang_as_is(extra):
@@ -81,6 +82,7 @@ async def test_one_choice_or_no_room_goes_to_sglang_as_is(extra):
     assert fake.calls == [req]
 
 
+@pytest.mark.asyncio
 async def test_closing_the_stream_closes_every_choice():
     fake = FakeSglang(hold=True)
     stream = await RoomPerChoice(fake, prefill=False).async_generate(**request(3))
