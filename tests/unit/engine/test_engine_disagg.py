@@ -10,61 +10,19 @@ import asyncio
 import time
 
 import pytest
-import pytest_asyncio
 from transformers import AutoTokenizer
 
 from components.engine.process.engine import CpuEngine
 from harness.child import cpu_seconds
 from harness.engine_proc import EngineProcess
 from tests.support.engine_helpers import boot, drain, random_prompt, wait_until
+from tests.unit.engine.disagg_engines import TIMEOUTS, assert_pools_empty, pair
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
-# The shared prefill gives up on a decode that never registers after 3 s; KV waits are 10 s.
-TIMEOUTS = {"bootstrap_timeout": 3.0, "transfer_timeout": 10.0}
 SHORT = {"bootstrap_timeout": 2.0, "transfer_timeout": 2.0}
 GREEDY = {"temperature": 0.0, "max_new_tokens": 24}
 LONG = {"temperature": 0.0, "max_new_tokens": None, "ignore_eos": True}  # up to the context
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def prefill(tiny_model_path):
-    proc = await EngineProcess.start(model_path=tiny_model_path, disaggregation_mode="prefill",
-                                     disaggregation_bootstrap_port=0, **TIMEOUTS)
-    yield proc
-    await proc.close()
-
-
-@pytest.fixture(scope="module")
-def decode(tiny_model_path):
-    eng = CpuEngine(model_path=tiny_model_path, disaggregation_mode="decode", **TIMEOUTS)
-    yield eng
-    eng.shutdown()
-
-
-@pytest.fixture(scope="module")
-def agg(tiny_model_path):
-    eng = CpuEngine(model_path=tiny_model_path)
-    yield eng
-    eng.shutdown()
-
-
-async def pair(prefill, decode, ids, params, stream=False, **kw):
-    b = boot(prefill)
-    p_task = asyncio.create_task(prefill.final(input_ids=ids, sampling_params=params, **b, **kw))
-    d = await decode.async_generate(input_ids=ids, sampling_params=params, stream=stream, **b,
-                                    **kw)
-    if stream:
-        d = await asyncio.wait_for(drain(d), 30)
-    return await asyncio.wait_for(p_task, 30), d
-
-
-async def assert_pools_empty(prefill, decode):
-    await wait_until(lambda: decode.kv_pages_in_use() == 0, what="decode pool empty")
-    deadline = time.monotonic() + 10
-    while (pages := await prefill.pages_in_use()) != 0:
-        assert time.monotonic() < deadline, f"prefill still holds {pages} pages"
-        await asyncio.sleep(0.05)
 
 
 async def test_disagg_tokens_match_aggregated(prefill, decode, agg, tiny_model_path):

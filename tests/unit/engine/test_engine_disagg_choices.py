@@ -4,52 +4,17 @@ the decode forks it into the choices, which equal aggregated ``n > 1`` token for
 seeded, logprobs); aborts and refusals free every page on both sides."""
 
 import asyncio
-import time
 
 import pytest
-import pytest_asyncio
 
-from components.engine.process.engine import CpuEngine
-from harness.engine_proc import EngineProcess
-from tests.support.engine_helpers import boot, drain, random_prompt, wait_until
+from tests.support.engine_helpers import boot, random_prompt
+from tests.unit.engine.disagg_engines import assert_pools_empty, pair
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
-TIMEOUTS = {"bootstrap_timeout": 3.0, "transfer_timeout": 10.0}
 GREEDY = {"temperature": 0.0, "max_new_tokens": 12, "ignore_eos": True}
 SEEDED = {"temperature": 0.8, "top_k": 50, "max_new_tokens": 12, "sampling_seed": 42,
           "ignore_eos": True}
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def prefill(tiny_model_path):
-    proc = await EngineProcess.start(model_path=tiny_model_path, disaggregation_mode="prefill",
-                                     disaggregation_bootstrap_port=0, **TIMEOUTS)
-    yield proc
-    await proc.close()
-
-
-@pytest.fixture(scope="module")
-def decode(tiny_model_path):
-    eng = CpuEngine(model_path=tiny_model_path, disaggregation_mode="decode", **TIMEOUTS)
-    yield eng
-    eng.shutdown()
-
-
-@pytest.fixture(scope="module")
-def agg(tiny_model_path):
-    eng = CpuEngine(model_path=tiny_model_path)
-    yield eng
-    eng.shutdown()
-
-
-async def pair(prefill, decode, ids, params, **kw):
-    """One request in one room: the prefill's result and the decode's streamed chunks."""
-    b = boot(prefill)
-    p_task = asyncio.create_task(prefill.final(input_ids=ids, sampling_params=params, **b, **kw))
-    d = await decode.async_generate(input_ids=ids, sampling_params=params, stream=True, **b, **kw)
-    chunks = await asyncio.wait_for(drain(d), 30)
-    return await asyncio.wait_for(p_task, 30), chunks
 
 
 def by_choice(chunks, key="output_ids"):
@@ -60,19 +25,11 @@ def by_choice(chunks, key="output_ids"):
     return [out[i] for i in sorted(out)]
 
 
-async def assert_pools_empty(prefill, decode):
-    await wait_until(lambda: decode.kv_pages_in_use() == 0, what="decode pool empty")
-    deadline = time.monotonic() + 10
-    while (pages := await prefill.pages_in_use()) != 0:
-        assert time.monotonic() < deadline, f"prefill still holds {pages} pages"
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
 async def test_one_prefill_one_room_n_choices_equal_aggregated(prefill, decode, agg, params):
     ids = random_prompt(70, agg.vocab_size, seed=21)
     want = await agg.async_generate(input_ids=ids, sampling_params={**params, "n": 3})
-    p, chunks = await pair(prefill, decode, ids, {**params, "n": 3})
+    p, chunks = await pair(prefill, decode, ids, {**params, "n": 3}, stream=True)
     # The prefill ran the prompt once, as one row: one chunk, one token, no choice index.
     assert "index" not in p and len(p["output_ids"]) == 1
     assert p["meta_info"]["prompt_tokens"] == len(ids)
@@ -87,7 +44,7 @@ async def test_every_choices_first_token_logprobs_cross_with_the_kv(prefill, dec
     params = {**SEEDED, "n": 8, "max_new_tokens": 4}  # 8 x 20 alternatives in one notification
     ids = random_prompt(45, agg.vocab_size, seed=11)
     want = await agg.async_generate(input_ids=ids, sampling_params=params, **lp)
-    _, chunks = await pair(prefill, decode, ids, params, **lp)
+    _, chunks = await pair(prefill, decode, ids, params, stream=True, **lp)
     for key in ("output_token_logprobs", "output_top_logprobs"):
         assert by_choice(chunks, key) == [w["meta_info"][key] for w in want], key
 
