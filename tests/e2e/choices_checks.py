@@ -25,12 +25,8 @@ def by_index(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def streamed(http: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The SSE stream of `body` folded per choice: text, roles and finish reasons by index,
-    and the final usage."""
-    text: dict[int, str] = {}
-    roles: dict[int, int] = {}
-    finishes: dict[int, list[str]] = {}
-    usage = None
+    """The SSE stream of `body` folded per choice (`fold_choices`)."""
+    events = []
     req = {**body, "stream": True, "stream_options": {"include_usage": True}}
     with http.stream("POST", f"{url}/v1/chat/completions", json=req) as r:
         assert r.status_code == 200, r.read().decode()
@@ -39,13 +35,25 @@ def streamed(http: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, An
                 continue
             event = json.loads(line[5:])
             assert "error" not in event, event
-            usage = event.get("usage") or usage
-            for c in event["choices"]:
-                i = c["index"]
-                text[i] = text.get(i, "") + (c["delta"].get("content") or "")
-                roles[i] = roles.get(i, 0) + (c["delta"].get("role") == "assistant")
-                if c.get("finish_reason"):
-                    finishes.setdefault(i, []).append(c["finish_reason"])
+            events.append(event)
+    return fold_choices(events)
+
+
+def fold_choices(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed chat events per choice: text, roles and finish reasons by index, and the last
+    usage."""
+    text: dict[int, str] = {}
+    roles: dict[int, int] = {}
+    finishes: dict[int, list[str]] = {}
+    usage = None
+    for event in events:
+        usage = event.get("usage") or usage
+        for c in event["choices"]:
+            i = c["index"]
+            text[i] = text.get(i, "") + (c["delta"].get("content") or "")
+            roles[i] = roles.get(i, 0) + (c["delta"].get("role") == "assistant")
+            if c.get("finish_reason"):
+                finishes.setdefault(i, []).append(c["finish_reason"])
     return {"text": text, "roles": roles, "finishes": finishes, "usage": usage}
 
 

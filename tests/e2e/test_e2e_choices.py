@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from harness.topology import Stack, wait_until
+from tests.e2e.choices_checks import fold_choices
 from tests.e2e.client import chat, completion, user
 from tests.support.topologies import ENGINE_ARGS
 
@@ -86,19 +87,10 @@ def test_completions_n2_in_tokens_mode(stack, http):
 def test_n3_stream_has_role_and_finish_once_per_choice(stack, http, mode):
     whole = chat(http, stack.url, body(mode, n=3))["choices"]
     got = events(http, stack.url, body(mode, n=3, stream_options={"include_usage": True}))
-    text: dict[int, str] = {}
-    roles: dict[int, int] = {}
-    finishes: dict[int, list[str]] = {}
-    for event in got:
-        for c in event["choices"]:
-            i = c["index"]
-            text[i] = text.get(i, "") + (c["delta"].get("content") or "")
-            roles[i] = roles.get(i, 0) + (c["delta"].get("role") == "assistant")
-            if c.get("finish_reason"):
-                finishes.setdefault(i, []).append(c["finish_reason"])
-    assert text == {c["index"]: c["message"]["content"] for c in whole}
-    assert roles == {0: 1, 1: 1, 2: 1}
-    assert finishes == {0: ["length"], 1: ["length"], 2: ["length"]}
+    folded = fold_choices(got)
+    assert folded["text"] == {c["index"]: c["message"]["content"] for c in whole}
+    assert folded["roles"] == {0: 1, 1: 1, 2: 1}
+    assert folded["finishes"] == {0: ["length"], 1: ["length"], 2: ["length"]}
     assert got[-1]["choices"] == [] and got[-1]["usage"]["completion_tokens"] == 24
 
 
