@@ -29,7 +29,7 @@ from typing import Any, Optional
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from handlers.core.errors import PrefillUnavailable, RequestError
+from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
 from handlers.text.preprocess import Preprocessor
 
 from components.worker.metrics.loop_lag import LoopLagMonitor
@@ -100,7 +100,7 @@ class WorkerMetrics:
             except RequestError:
                 outcome = "invalid"
                 raise
-            except PrefillUnavailable:
+            except (PrefillUnavailable, EngineUnavailable):  # both are the client's 503
                 outcome = "unavailable"
                 raise
             except (asyncio.CancelledError, GeneratorExit):

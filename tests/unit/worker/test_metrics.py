@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.worker.metrics.worker_metrics import PREFIX, WorkerMetrics
-from handlers.core.errors import PrefillUnavailable, RequestError
+from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
 
 
 class FakeEngine:
@@ -71,7 +71,8 @@ def test_outcomes_and_latencies():
     m = WorkerMetrics(FakeEngine())
     ok = m.instrument(stream({"token_ids": [1, 2]}, {"token_ids": [3, 4], "finish_reason": "length"}))
     asyncio.run(drain(ok({})))
-    for error in (RequestError("bad"), PrefillUnavailable("gone"), RuntimeError("boom")):
+    for error in (RequestError("bad"), PrefillUnavailable("gone"),
+                  EngineUnavailable("queue full"), RuntimeError("boom")):
         with pytest.raises(type(error)):
             asyncio.run(drain(m.instrument(stream(error=error))({})))
     asyncio.run(drain(m.instrument(stream({"token_ids": [1]}, {"token_ids": [2]}))({}), limit=1))
@@ -80,7 +81,8 @@ def test_outcomes_and_latencies():
     s = samples(m)
     got = {o: s[(f"{PREFIX}_requests_total", o)]
            for o in ("success", "invalid", "unavailable", "error", "cancelled")}
-    assert got == {"success": 1, "invalid": 1, "unavailable": 1, "error": 1, "cancelled": 2}
+    # 503s (no prefill answered, the engine's queue full) are "unavailable", not "error".
+    assert got == {"success": 1, "invalid": 1, "unavailable": 2, "error": 1, "cancelled": 2}
     assert s[(f"{PREFIX}_time_to_first_token_seconds_count", "")] == 3
     assert s[(f"{PREFIX}_inter_token_latency_seconds_count", "")] == 1  # the one second chunk
 
