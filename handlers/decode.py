@@ -8,6 +8,7 @@ with its own rid -> stream token deltas or chat chunks. A client stop aborts the
 by rid at any point, also before the first token; a failed prefill aborts it and errors.
 """
 
+import asyncio
 import logging
 import time
 import uuid
@@ -128,6 +129,9 @@ class DecodeHandler(BaseHandler):
             end.outcome = "done"
         except RequestError as exc:
             end.outcome, end.message = "invalid", str(exc)
+            raise
+        except (GeneratorExit, asyncio.CancelledError):
+            end.outcome = "cancelled"  # the runtime closed the stream: the client went away
             raise
         finally:
             end.release()

@@ -128,6 +128,18 @@ async def test_a_client_that_leaves_releases_the_room_cancelled():
     assert claims.released == [("cancelled", "")]
 
 
+async def test_a_stream_the_runtime_closes_releases_the_room_cancelled():
+    """Dynamo closes a handler's stream when its client disconnects: the half was cancelled (as
+    the worker's metrics count it), not failed."""
+    claims = FakeClaims()
+    handler = DecodeHandler(FakeEngine([chunk([5], completion=1)], hold=True), DECODE,
+                            rooms=claims)
+    stream = handler.generate({**DECODE_REQ, "bootstrap_info": BOOT}, FakeContext())
+    await asyncio.wait_for(anext(stream), 5)
+    await stream.aclose()
+    assert claims.released == [("cancelled", "")]
+
+
 async def test_a_decode_orchestrated_half_claims_the_room_its_prefill_names():
     async def items(request):
         yield dict(BOOT)
