@@ -59,8 +59,8 @@ class RoomWatchServer:
         self._claims: dict[int, _Connection] = {}
         self._ended: OrderedDict[int, tuple[Release, float]] = OrderedDict()
         self._legs: dict[int, asyncio.Future[Release]] = {}
-        self._undelivered: OrderedDict[int, PromptLogprobs] = OrderedDict()
-        self._legs_ended: OrderedDict[int, None] = OrderedDict()
+        # frames for rooms whose decode half has not claimed them yet, sent on its claim
+        self._held: OrderedDict[int, list[bytes]] = OrderedDict()
 
     async def start(self) -> None:
         try:
@@ -107,24 +107,21 @@ class RoomWatchServer:
             body = frame(PromptLogprobs(msg.room, error=(
                 f"the prompt logprobs take {len(body)} bytes, over the room watch's "
                 f"{MAX_LOGPROBS_FRAME_BYTES}")))
-        owner = self._claims.get(msg.room)
+        self._send(msg.room, body)
+
+    def leg_ended(self, room: int) -> None:
+        """Tell the room's decode half that its prefill leg sent its last item (on its claim,
+        if still to come)."""
+        self._send(room, frame(LegEnded(room)))
+
+    def _send(self, room: int, body: bytes) -> None:
+        owner = self._claims.get(room)
         if owner is not None:
             owner.writer.write(body)  # the transport buffers it; the loop never blocks
             return
-        self._undelivered[msg.room] = msg
-        while len(self._undelivered) > MAX_UNDELIVERED:
-            self._undelivered.popitem(last=False)
-
-    def leg_ended(self, room: int) -> None:
-        """Tell the room's decode half that its prefill leg sent its last item. Unclaimed: no
-        decode half waits for it yet: kept for its claim, as prompt logprobs are."""
-        owner = self._claims.get(room)
-        if owner is not None:
-            owner.writer.write(frame(LegEnded(room)))
-            return
-        self._legs_ended[room] = None  # the decode half claims it in a moment
-        while len(self._legs_ended) > MAX_UNDELIVERED:
-            self._legs_ended.popitem(last=False)
+        self._held.setdefault(room, []).append(body)  # the decode half claims it in a moment
+        while len(self._held) > MAX_UNDELIVERED:
+            self._held.popitem(last=False)
 
     def _unclaimed(self, room: int) -> None:
         self._deadlines.pop(room, None)
@@ -166,11 +163,8 @@ class RoomWatchServer:
                 self._claims[msg.room] = conn
                 conn.rooms.add(msg.room)
                 self._cancel_deadline(msg.room)
-                waiting = self._undelivered.pop(msg.room, None)
-                if waiting is not None:
-                    self.deliver(waiting)
-                if self._legs_ended.pop(msg.room, 0) is None:
-                    self.leg_ended(msg.room)
+                for body in self._held.pop(msg.room, []):
+                    conn.writer.write(body)
         elif isinstance(msg, Release):
             owner = self._claims.get(msg.room)
             if owner is not None and owner is not conn:
