@@ -110,9 +110,8 @@ class PrefillHandler(BaseHandler):
                                             health_check, leg, context)) as items:
                 async for item in items:
                     yield item
-            if gone is not None and leg.early:
-                # Its last item is out: the decode may let its choices' finishes through now.
-                self.rooms.leg_ended(boot.bootstrap_room)
+            if gone is not None and leg.early and (not leg.detached or leg.through("stream")):
+                self.rooms.leg_ended(boot.bootstrap_room)  # its engine request is through too
         except DecodeEnded as exc:
             if exc.end.outcome == "invalid":  # the client's error: the same 400 from both halves
                 raise RequestError(exc.end.message) from None
@@ -197,6 +196,8 @@ class PrefillHandler(BaseHandler):
             if not drain.done():
                 drain.cancel()
             if leg.gone is not None:
+                if not leg.gone.done() and leg.through("engine"):
+                    self.rooms.leg_ended(room)  # its stream had ended already
                 self.rooms.unwatch(room, leg.gone)
 
     def _leg(self, request: Any, from_frontend: bool

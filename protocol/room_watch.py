@@ -17,10 +17,11 @@ Prefill -> decode, on the connection that claimed the room:
   ``PromptLogprobs``  the prompt logprobs of ``room`` the prefill's engine computed (the prompt's
                forward runs there only; the decode's stream carries them as an aggregated
                worker's does), or why there are none (``error``);
-  ``LegEnded``  the prefill leg of ``room`` has sent its last item (``n > 1``, frontend-
-               orchestrated only): Dynamo 1.6.1's prefill router ends the whole response at the
-               first finish chunk it gets before the prefill leg's stream ended, so the decode
-               holds its first finish chunk until this comes (orchestration.md, "n > 1").
+  ``LegEnded``  the prefill leg of ``room`` has sent its last item and its engine request is
+               through (``n > 1``, frontend-orchestrated only): Dynamo 1.6.1's prefill router
+               ends the whole response at the first finish chunk it gets before the prefill
+               leg's stream ended, so the decode holds its first finish chunk until this comes
+               (orchestration.md, "n > 1").
 """
 
 from __future__ import annotations

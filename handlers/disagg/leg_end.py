@@ -7,8 +7,12 @@ whole response: the other choices' chunks are dropped (measured on `sglang.Engin
 choices each take a room and a transfer of their own, so the prefill leg often ends after the
 decode's first choice finished; the decode's engine still streamed every token). A finish that
 comes after the prefill leg ended passes, and the stream goes on. So the decode holds its first
-finish chunk until the prefill says, over the room watch, that its leg sent its last item
-(`LegEnded`, sent after that item is out).
+finish chunk until the prefill says, over the room watch, that its leg has ended
+(`LegEnded`). The prefill says so only once its leg's last item is out *and* its engine request
+is through (the KV moved): a word sent as the last item left raced the runtime's end of that
+stream to the frontend, and with `max_tokens` 1 a decode finish released by it beat the end once
+in a loaded CI run. The leg's stream ends right after its first item, long before the engine
+request, which the decode's first finish needs done anyway.
 """
 
 import asyncio

@@ -4,7 +4,7 @@ handlers/prefill.py, which uses them."""
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from handlers.core.base import RoomEnd
@@ -60,6 +60,14 @@ class PrefillLeg:
     gone: "Optional[asyncio.Future[RoomEnd]]"
     early: bool = False
     detached: bool = False
+    # An early leg's end goes to the decode once its stream ended and its engine request is
+    # through, whichever comes second (handlers/disagg/leg_end.py says why both).
+    waiting: set[str] = field(default_factory=lambda: {"stream", "engine"})
+
+    def through(self, part: str) -> bool:
+        """`part` ("stream" or "engine") is over; True once both are."""
+        self.waiting.discard(part)
+        return not self.waiting
 
 
 def refused(drain: "asyncio.Task[PrefillDone]") -> bool:

@@ -40,10 +40,11 @@ async def test_an_n2_leg_ends_after_its_first_item_and_its_engine_request_goes_o
         {"token_ids", "text", "finish_reason", "disaggregated_params"},
         {"token_ids", "engine_data"}]
     assert out[1]["engine_data"]["kv_cache_hit"] == {"prompt_tokens": 4, "reused_tokens": 0}
-    assert watch.ended == [ROOM] and watch.unwatched == []  # the engine is not done yet
+    # the engine is not done yet: the decode is not told until it is
+    assert watch.ended == [] and watch.unwatched == []
     gate.set()
     await asyncio.wait_for(_until(lambda: watch.unwatched == [ROOM]), 5)
-    assert engine.aborts == []
+    assert watch.ended == [ROOM] and engine.aborts == []
 
 
 async def test_a_decode_half_that_ends_still_stops_an_ended_legs_engine_request():
