@@ -8,7 +8,6 @@ with its own rid -> stream token deltas or chat chunks. A client stop aborts the
 by rid at any point, also before the first token; a failed prefill aborts it and errors.
 """
 
-import asyncio
 import logging
 import time
 import uuid
@@ -25,6 +24,7 @@ from handlers.disagg.half_end import HalfEnd, claim_boot
 from handlers.disagg.leg_end import PrefillLegEnd
 from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.core.live import new_rid
+from handlers.core.outcome import Outcome, outcome_of
 from handlers.core.logprobs import (
     ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
 )
@@ -119,19 +119,18 @@ class DecodeHandler(BaseHandler):
             try:
                 async for out in self._run(job, guard, context, end):
                     yield out
-            except Stopped:
+            except Stopped as exc:
                 logger.info("request %s cancelled by the client", guard.rid)
-                end.outcome = "cancelled"
+                end.outcome = outcome_of(exc)
                 return
             finally:
                 guard.close()
                 await aclose(guard.stream)  # SGLang aborts every sub-request (n > 1) it started
-            end.outcome = "done"
-        except RequestError as exc:
-            end.outcome, end.message = "invalid", str(exc)
-            raise
-        except (GeneratorExit, asyncio.CancelledError):
-            end.outcome = "cancelled"  # the runtime closed the stream: the client went away
+            end.outcome = Outcome.SUCCESS
+        except BaseException as exc:
+            end.outcome = outcome_of(exc)
+            if end.outcome is Outcome.INVALID:  # the prefill's half answers the same 400
+                end.message = str(exc)
             raise
         finally:
             end.release()

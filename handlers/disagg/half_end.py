@@ -6,6 +6,7 @@ once instead of holding KV for nobody."""
 from typing import Optional
 
 from handlers.core.base import RoomClaim, RoomClaims
+from handlers.core.outcome import Outcome
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
 
 
@@ -18,14 +19,14 @@ async def claim_boot(rooms: Optional[RoomClaims], boot: Optional[BootstrapInfo]
 
 
 class HalfEnd:
-    """How this decode half ended: "done", "cancelled", "invalid" (a 400, with its message) or,
-    for anything else, "failed"."""
+    """How this decode half ended (handlers/core/outcome.py), told to the prefill over the claim
+    in the room watch's words; `message` is the 400's for an invalid request."""
 
     def __init__(self, claim: Optional[RoomClaim]) -> None:
         self.claim = claim
-        self.outcome = "failed"
+        self.outcome = Outcome.ERROR
         self.message = ""
 
     def release(self) -> None:
         if self.claim is not None:
-            self.claim.release(self.outcome, self.message)
+            self.claim.release(self.outcome.released_as, self.message)

@@ -21,7 +21,6 @@ Measured here, per worker:
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Optional
@@ -29,13 +28,12 @@ from typing import Any, Optional
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
+from handlers.core.outcome import Outcome, outcome_of, outcome_of_stream
 from handlers.text.preprocess import Preprocessor
 
 from components.worker.metrics.loop_lag import LoopLagMonitor
 
 PREFIX = "dynamo_component_engine"
-OUTCOMES = ("success", "cancelled", "invalid", "unavailable", "error")
 # Loop lag is judged against a couple of milliseconds (one token's gap on a fast GPU).
 LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -51,8 +49,8 @@ class WorkerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(f"{PREFIX}_requests", "Requests the worker finished, by outcome",
                                 ["outcome"], registry=self.registry)
-        for outcome in OUTCOMES:  # every series exists from the start, at 0
-            self.requests.labels(outcome)
+        for outcome in Outcome:  # every series exists from the start, at 0
+            self.requests.labels(outcome.value)
         self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds",
                               "Request arrival at the worker to its first streamed item",
                               buckets=LATENCY_BUCKETS, registry=self.registry)
@@ -78,7 +76,7 @@ class WorkerMetrics:
 
         async def endpoint(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
             start = last = time.monotonic()
-            first, outcome, finish = True, "error", None
+            first, outcome, finish = True, Outcome.ERROR, None
             self.lag.request_started()
             try:
                 async for item in generate(request, context):
@@ -91,24 +89,15 @@ class WorkerMetrics:
                     last = now
                     finish = _finish_reason(item) or finish
                     yield item
-                # A stop that comes after the last item went out (a decode closing a prefill's
-                # stream as soon as it has read the prefill's done item) cancelled nothing.
-                stopped = context is not None and context.is_stopped() and finish is None
-                outcome = "cancelled" if stopped or finish == "cancelled" else "success"
-                if self.sglang is not None and outcome == "success":
+                outcome = outcome_of_stream(finish, context is not None and context.is_stopped())
+                if self.sglang is not None and outcome is Outcome.SUCCESS:
                     self.sglang.observe_e2e(time.monotonic() - start)
-            except RequestError:
-                outcome = "invalid"
-                raise
-            except (PrefillUnavailable, EngineUnavailable):  # both are the client's 503
-                outcome = "unavailable"
-                raise
-            except (asyncio.CancelledError, GeneratorExit):
-                outcome = "cancelled"
+            except BaseException as exc:
+                outcome = outcome_of(exc)
                 raise
             finally:
                 self.lag.request_finished()
-                self.requests.labels(outcome).inc()
+                self.requests.labels(outcome.value).inc()
 
         return endpoint
 
