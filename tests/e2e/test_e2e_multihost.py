@@ -13,9 +13,8 @@ the same address (same host, bootstrap and room-watch ports) serves exactly agai
 SIGKILLed decode restarted on its host (the prefill unloads the dead agent); a KV path
 that loses notifications (UCX's default adaptive progress) fails its probe, so requests get a
 503 within the probe's bound (and at once after that), and with the probe off a request's lost
-notification fails it within 5 s of the prefill's Written. On
-``--engine sglang``: exactness, Tokens frontend-orchestrated on host addresses and Text
-decode-orchestrated on 0.0.0.0.
+notification fails it within 5 s of the prefill's Written. ``--engine sglang`` in the same
+layout: test_e2e_multihost_sglang.py.
 
 Where namespaces cannot be made (not root, no ``ip``), the module skips saying why.
 """
@@ -32,112 +31,54 @@ import pytest
 from components.engine.disagg.transport.events import NOTIF_GRACE_S, NOTIF_LOST
 from components.engine.disagg.transport.nixl_endpoint import ADAPTIVE_PROGRESS_ENV
 from components.engine.disagg.transport.path_probe import PROBE_ENV, PROBE_TIMEOUT_S
-from harness.multihost import HostStack, log_lines
-from harness.netns import Hosts, unavailable
+from harness.multihost import log_lines
 from harness.topology import wait_until
 from tests.e2e.client import user
-from tests.support.multihost import start_prefill_on, start_services, start_split
-from tests.support.topologies import (AGG, DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED,
-                                      SGLANG, start_decode)
+from tests.e2e.multihost_checks import (  # hosts, services: this module's fixtures
+    FAIL_BOUND_S, RELEASE_BOUND_S, RETURN_S, assert_exact, greedy, hosts, idle,
+    leave_after_headers, serves, services, start_timed,
+)
+from tests.support.multihost import start_prefill_on, start_split
+from tests.support.topologies import (DECODE_ORCHESTRATED, DISAGG, FRONTEND_ORCHESTRATED,
+                                      start_decode)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
-
-PROMPTS = ("Tell me about two hosts.", "Count to five, slowly.", "A B C D E F G")
-RELEASE_BOUND_S = 10.0  # the prefill holds nothing this long after its clients left
-FAIL_BOUND_S = 35.0  # a request into a dead prefill ends within this (the 30 s KV wait, + slack)
-RETURN_S = 90.0  # a restarted prefill serves within this
-
-
-@pytest.fixture(scope="module")
-def hosts():
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    made = Hosts().create()
-    yield made
-    assert made.remove() == []
-
-
-@pytest.fixture(scope="module")
-def services(hosts, tmp_path_factory):
-    started = start_services(tmp_path_factory.mktemp("mh-services"), hosts)
-    yield started
-    started.stop()
-
-
-def _start(tmp_path_factory, tiny_model_path, hosts, services, name: str, **kwargs) -> HostStack:
-    t0 = time.monotonic()
-    stack = start_split(tmp_path_factory.mktemp(name), tiny_model_path, hosts, services, **kwargs)
-    print(f"{name}: first request served {time.monotonic() - t0:.1f} s after start")
-    return stack
 
 
 @pytest.fixture(scope="module")
 def cpu_tokens(tmp_path_factory, tiny_model_path, hosts, services):
-    stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-cpu-tokens",
-                   skip_tokenizer_init=True, orchestrator=FRONTEND_ORCHESTRATED)
+    stack = start_timed(tmp_path_factory, tiny_model_path, hosts, services, "mh-cpu-tokens",
+                        skip_tokenizer_init=True, orchestrator=FRONTEND_ORCHESTRATED)
     yield stack
     stack.stop()
-
-
-def greedy(stack: HostStack, model: str, prompt: str, timeout: float = 60) -> str:
-    body = {"model": model, "messages": user(prompt), "max_tokens": 12, "temperature": 0}
-
-    def ask() -> str:
-        r = httpx.post(f"{stack.url}/v1/chat/completions", json=body, timeout=timeout)
-        assert r.status_code == 200, r.text
-        return r.json()["choices"][0]["message"]["content"]
-
-    return stack.call(ask)
-
-
-def assert_exact(stack: HostStack, model: str = DISAGG) -> None:
-    for prompt in PROMPTS:
-        assert greedy(stack, model, prompt) == greedy(stack, AGG, prompt), prompt
 
 
 def test_cpu_text_decode_orchestrated_on_wildcard_equals_aggregated(tmp_path_factory,
                                                                     tiny_model_path, hosts,
                                                                     services):
-    stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-cpu-text",
-                   skip_tokenizer_init=False, orchestrator=DECODE_ORCHESTRATED, bind="0.0.0.0")
+    stack = start_timed(tmp_path_factory, tiny_model_path, hosts, services, "mh-cpu-text",
+                        skip_tokenizer_init=False, orchestrator=DECODE_ORCHESTRATED,
+                        bind="0.0.0.0")
     try:
-        assert_exact(stack)
+        assert_exact(stack, DISAGG)
     finally:
         stack.stop()
 
 
 def test_cpu_tokens_frontend_orchestrated_equals_aggregated(cpu_tokens, hosts):
     sent_b = hosts[1].tx_bytes()
-    assert_exact(cpu_tokens)
+    assert_exact(cpu_tokens, DISAGG)
     # The prefill's answers (its first tokens, its side channel) reached host A over the link.
     assert hosts[1].tx_bytes() > sent_b
 
 
-def _leave_after_headers(stack: HostStack, i: int) -> None:
-    body = {"model": DISAGG, "prompt": [7 + i] + [9] * 1500, "max_tokens": 200,
-            "ignore_eos": True, "stream": True}
-
-    def leave() -> None:
-        with httpx.Client(timeout=60) as client:
-            with client.stream("POST", f"{stack.url}/v1/completions", json=body) as r:
-                assert r.status_code == 200  # headers only: close before any token is read
-
-    stack.call(leave)  # each thread enters host A itself (namespaces are per thread)
-
-
-def _idle(stack: HostStack, name: str) -> bool:
-    return (stack.route(name, "requests")["in_flight"] == 0
-            and stack.route(name, "kv_pages")["pages_in_use"] == 0)
-
-
 def test_cpu_clients_leaving_free_the_prefill(cpu_tokens):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda i: _leave_after_headers(cpu_tokens, i), range(4)))
+        list(pool.map(lambda i: leave_after_headers(cpu_tokens, DISAGG, i), range(4)))
     left = time.monotonic()
-    wait_until(lambda: _idle(cpu_tokens, "prefill"), RELEASE_BOUND_S, "the prefill to hold nothing")
+    wait_until(lambda: idle(cpu_tokens, "prefill"), RELEASE_BOUND_S, "the prefill to hold nothing")
     print(f"prefill on host B released {time.monotonic() - left:.2f} s after its clients left")
-    wait_until(lambda: _idle(cpu_tokens, "decode"), RELEASE_BOUND_S, "the decode to hold nothing")
+    wait_until(lambda: idle(cpu_tokens, "decode"), RELEASE_BOUND_S, "the decode to hold nothing")
     assert greedy(cpu_tokens, DISAGG, "next", timeout=RELEASE_BOUND_S)  # nothing queued
 
 
@@ -155,20 +96,11 @@ def test_cpu_prefill_killed_then_restarted_at_the_same_address(cpu_tokens):
     assert status != 200 and failed_after < FAIL_BOUND_S
     start_prefill_on(cpu_tokens, "prefill-2", True, FRONTEND_ORCHESTRATED)
     t0 = time.monotonic()
-    wait_until(lambda: _serves(cpu_tokens), RETURN_S, "the restarted prefill to serve",
+    wait_until(lambda: serves(cpu_tokens, DISAGG), RETURN_S, "the restarted prefill to serve",
                interval=0.5)
     print(f"restarted prefill served {time.monotonic() - t0:.1f} s after its start")
     cpu_tokens.procs["prefill"] = cpu_tokens.procs.pop("prefill-2")
-    assert_exact(cpu_tokens)  # no stale state: the same answers as before the kill
-
-
-def _serves(stack: HostStack) -> bool:
-    # Until a killed worker's lease expires the frontend still routes some requests to it (a
-    # 503): served means every one of several in a row succeeds.
-    try:
-        return all(greedy(stack, DISAGG, "back?", timeout=15) for _ in range(6))
-    except AssertionError:
-        return False
+    assert_exact(cpu_tokens, DISAGG)  # no stale state: the same answers as before the kill
 
 
 def test_cpu_decode_killed_then_restarted_on_its_host(cpu_tokens):
@@ -183,11 +115,11 @@ def test_cpu_decode_killed_then_restarted_on_its_host(cpu_tokens):
                "the prefill to forget the killed decode's agent")
     start_decode(cpu_tokens, "decode-2", True, (), FRONTEND_ORCHESTRATED)
     t0 = time.monotonic()
-    wait_until(lambda: _serves(cpu_tokens), RETURN_S, "the restarted decode to serve",
+    wait_until(lambda: serves(cpu_tokens, DISAGG), RETURN_S, "the restarted decode to serve",
                interval=0.5)
     print(f"restarted decode served {time.monotonic() - t0:.1f} s after its start")
     cpu_tokens.procs["decode"] = cpu_tokens.procs.pop("decode-2")
-    assert_exact(cpu_tokens)
+    assert_exact(cpu_tokens, DISAGG)
     connected = log_lines(prefill_log, "decode agent")
     assert len([ln for ln in connected if ln.endswith(" connected")]) >= 2, connected
 
@@ -253,29 +185,5 @@ def test_cpu_broken_kv_path_is_reported_at_once_and_its_requests_get_503s(
         [line] = log_lines(stack.procs["decode"].log_path, "failed its check")[:1]
         for part in ("10.231.0.2", "notification", "UCX_PROTO_INFO=y", ADAPTIVE_PROGRESS_ENV):
             assert part in line, line
-    finally:
-        stack.stop()
-
-
-def test_sglang_tokens_frontend_orchestrated_equals_aggregated(tmp_path_factory, tiny_model_path,
-                                                               hosts, services, cpu_tokens):
-    cpu_tokens.stop()  # one stack at a time on small machines
-    stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-sglang",
-                   skip_tokenizer_init=True, orchestrator=FRONTEND_ORCHESTRATED, engine="sglang")
-    try:
-        assert_exact(stack, SGLANG)
-    finally:
-        stack.stop()
-
-
-def test_sglang_text_decode_orchestrated_on_wildcard_equals_aggregated(tmp_path_factory,
-                                                                       tiny_model_path, hosts,
-                                                                       services, cpu_tokens):
-    cpu_tokens.stop()
-    stack = _start(tmp_path_factory, tiny_model_path, hosts, services, "mh-sglang-text",
-                   skip_tokenizer_init=False, orchestrator=DECODE_ORCHESTRATED,
-                   engine="sglang", bind="0.0.0.0")
-    try:
-        assert_exact(stack, SGLANG)
     finally:
         stack.stop()

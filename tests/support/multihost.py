@@ -59,15 +59,16 @@ def start_split(workdir: Path, model_path: str, hosts: Hosts, services: HostServ
 
 def start_prefill_on(stack: HostStack, name: str, skip_tokenizer_init: bool, orchestrator: str,
                      engine: str = "cpu", worker_args: tuple[str, ...] = ()) -> None:
-    """A prefill worker on the prefill's host. On the CPU engine a replacement reuses the first
-    one's bootstrap and room-watch ports: it comes back at the same address."""
+    """A prefill worker on the prefill's host. A replacement reuses the first one's bootstrap
+    and room-watch ports: it comes back at the same address."""
     stack.place.setdefault(name, stack.place["prefill"])
-    if engine == "sglang":
-        start_sglang_prefill(stack, name, skip_tokenizer_init, orchestrator, worker_args)
-        return
     if stack.prefill_ports is None:
         stack.prefill_ports = (free_port(), free_port())
     bootstrap, watch = stack.prefill_ports
+    if engine == "sglang":
+        start_sglang_prefill(stack, name, skip_tokenizer_init, orchestrator,
+                             (*worker_args, "--room-watch-port", str(watch)), bootstrap)
+        return
     stack.start_worker(name, "prefill", DISAGG, *ENGINE_ARGS, *worker_args,
                        "--disaggregation-bootstrap-port", str(bootstrap),
                        "--room-watch-port", str(watch), "--disagg-orchestrator", orchestrator,

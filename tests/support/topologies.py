@@ -120,12 +120,13 @@ def _sglang_disagg_args(orchestrator: str, extra: tuple[str, ...]) -> tuple[str,
 
 
 def start_sglang_prefill(stack: Stack, name: str, skip_tokenizer_init: bool, orchestrator: str,
-                         extra: tuple[str, ...] = ()) -> None:
-    """An SGLang prefill worker for `tiny-sglang` (a replacement too: its own bootstrap port)."""
+                         extra: tuple[str, ...] = (), bootstrap_port: int = 0) -> None:
+    """An SGLang prefill worker for `tiny-sglang` (a replacement too: its own bootstrap port
+    unless given one; `extra` may name its room-watch port)."""
     stack.start_worker(name, "prefill", SGLANG, *SGLANG_ENGINE_ARGS,
                        *_sglang_disagg_args(orchestrator, extra),
                        "--endpoint", "dyn://dynamo.sglang_prefill.generate",
-                       "--disaggregation-bootstrap-port", str(free_port()),
+                       "--disaggregation-bootstrap-port", str(bootstrap_port or free_port()),
                        skip_tokenizer_init=skip_tokenizer_init, engine="sglang")
 
 

@@ -1,7 +1,8 @@
 """The environment `--engine sglang` sets before `sgl.Engine` starts, as Dynamo 1.6.1's worker
 does: no 60 s CUDA-coredump sleep on the event loop after a scheduler dies
 (`dynamo/sglang/args.py`), and an engine on a node other than the first that returns instead of
-blocking forever (`dynamo/sglang/init_llm.py`)."""
+blocking forever (`dynamo/sglang/init_llm.py`); and, this worker's own, a decode that forgets a
+dead prefill within ~4 s (its heartbeat every 2 s), before a restarted one can be back."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from components.backends.sglang_env import (
-    BLOCK_NONZERO_RANK_ENV, CUDA_COREDUMP_WAIT_ENV, prepare_sglang_environment,
+    BLOCK_NONZERO_RANK_ENV, CUDA_COREDUMP_WAIT_ENV, HEARTBEAT_INTERVAL_ENV,
+    prepare_sglang_environment,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
     """Unset during the test, restored after it (what the code under test sets included)."""
-    for name in (CUDA_COREDUMP_WAIT_ENV, BLOCK_NONZERO_RANK_ENV,
+    for name in (CUDA_COREDUMP_WAIT_ENV, BLOCK_NONZERO_RANK_ENV, HEARTBEAT_INTERVAL_ENV,
                  "CUDA_ENABLE_USER_TRIGGERED_COREDUMP"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
@@ -59,3 +61,16 @@ def test_a_wanted_coredump_keeps_its_wait(monkeypatch, env, args):
         monkeypatch.setenv(name, value)
     prepare_sglang_environment(SimpleNamespace(node_rank=0, **args))
     assert os.environ.get(CUDA_COREDUMP_WAIT_ENV) == env.get(CUDA_COREDUMP_WAIT_ENV)
+
+
+@pytest.mark.parametrize("mode, env, want", [
+    ("decode", {}, "2"),
+    ("decode", {HEARTBEAT_INTERVAL_ENV: "7"}, "7"),  # the user's own value
+    ("prefill", {}, None),  # only a decode checks its prefills
+    ("null", {}, None),
+])
+def test_a_decode_checks_its_prefills_every_2_s(monkeypatch, mode, env, want):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    prepare_sglang_environment(SimpleNamespace(node_rank=0, disaggregation_mode=mode))
+    assert os.environ.get(HEARTBEAT_INTERVAL_ENV) == want
