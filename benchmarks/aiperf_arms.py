@@ -44,7 +44,7 @@ READY_S = 300.0  # several SGLang workers starting at once on 2 cores
 EXACT_REFERENCE = "agg-sglang"
 
 
-def _spawn_sglang(name: str, model_path: str, served: str) -> Stack:
+def spawn_sglang(name: str, model_path: str, served: str) -> Stack:
     stack = Stack(Path(tempfile.mkdtemp(prefix=f"aiperf-{name}-")), model_path,
                   namespace=f"aiperf{name.replace('-', '')}")
     stack.start_frontend()
@@ -98,7 +98,7 @@ class AiperfArms:
             arm = NativeArm(name, self.model_path, self.served, SGLANG_FLAGS, DISAGG)
             arm.start()
             return arm
-        return _spawn_sglang(name, self.model_path, self.served)
+        return spawn_sglang(name, self.model_path, self.served)
 
     def _check_exact(self) -> None:
         """The native arms must answer a greedy request token for token as agg-sglang does (the

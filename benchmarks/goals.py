@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from benchmarks.aiperf_goals import aiperf_parity
+from benchmarks.aiperf_peer_goals import peer_goals
 from benchmarks.common import fmt, median
 from benchmarks.goal import Goal, Load, num
 
@@ -159,7 +160,8 @@ def idle_cpu(load: Load) -> list[Goal]:
 
 def all_goals(load: Load) -> list[Goal]:
     return [*tokenizer_workers(load), *token_cpu(load), *idle_cpu(load), *chunked_prefill(load),
-            *kv_transfer(load), *vs_transformers(load), *aiperf_parity(load)]
+            *kv_transfer(load), *vs_transformers(load), *aiperf_parity(load),
+            *peer_goals(load)]
 
 
 def render(load: Load) -> str:

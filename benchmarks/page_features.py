@@ -9,6 +9,19 @@ choices' seeds (seed + index), 16 new tokens each, seeded sampling; wall time fr
 the last token. The tokens of the two arms must be identical.
 """
 
+CHOICES_SGLANG = """\
+`python -m benchmarks.bench_choices_sglang`: `n > 1` on a disaggregated `sglang.Engine` pair
+(`--engine sglang`, Tokens mode, the frontend orchestrating) behind the real frontend, `small`
+model: SGLang's PD decode cannot fork adopted KV, so each choice runs as its own request in room
+`room + i` on both legs, the prompt warmed into the prefill's radix cache first, each choice's KV
+in its own transfer. A 400-word prompt, one token per choice (temperature 0.7, `top_k` 1), n
+alternated within each repetition; every answer must carry n choices. Run on its own, after the
+`make bench` run the other sections come from. On `small` the second choice costs far more than
+one token's work (the n=1 to n=2 step was 1.3 s in a 5-run check of the code before this run
+too, so it is not the decode's wait for the prefill leg's end); on `tiny` the three values of n
+were within 0.1 s of each other (10 runs). Not yet profiled.
+"""
+
 CONSTRAINED = """\
 `python -m benchmarks.bench_constrained`: what structured output costs the CPU engine. A batch
 of 16 rows (128-token prompts, 64 new tokens each, sampled) decodes once with every row under a

@@ -2,7 +2,7 @@
 
 from benchmarks.page_aiperf import AIPERF
 from benchmarks.page_features import (
-    CHOICES, CONSTRAINED, KV_ROUTING, KV_ROUTING_DISAGG, LOGPROBS, PREFIX_CACHE,
+    CHOICES, CHOICES_SGLANG, CONSTRAINED, KV_ROUTING, KV_ROUTING_DISAGG, LOGPROBS, PREFIX_CACHE,
 )
 
 
@@ -249,6 +249,8 @@ SECTIONS = [
     ("bench_engine", "CPU engine throughput", ENGINE),
     ("vs_transformers", "CPU engine vs transformers' continuous batching", VS_TRANSFORMERS),
     ("bench_choices", "n > 1: one prefill forked vs n single requests", CHOICES),
+    ("bench_choices_sglang", "n > 1 on a disaggregated sglang.Engine: the cost of each choice",
+     CHOICES_SGLANG),
     ("bench_constrained", "Structured output: decode under a JSON schema", CONSTRAINED),
     ("bench_logprobs", "Logprobs: decode with top-5 logprobs vs without", LOGPROBS),
     ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",

@@ -44,6 +44,7 @@ if [[ $QUICK == 1 ]]; then
     SERVING_TINY_ARGS=(--quick --tag tiny --model-path .cache/models/tiny-seed0
                        --arms "$TINY_ARMS")
     CHOICES_ARGS=(--runs 1 --n 4 --prompt-len 256)
+    CHOICES_SGLANG_ARGS=(--runs 3)
     TOKEN_CPU_ARGS=(--quick)
     IDLE_ARGS=(--window 5 --arms cpu,floor)
     PREFIX_ARGS=(--runs 1)
@@ -64,6 +65,7 @@ else
     SERVING_TINY_ARGS=(--runs 3 --tag tiny --model-path .cache/models/tiny-seed0
                        --request-rate 8 --open-loop-requests 32 --arms "$TINY_ARMS")
     CHOICES_ARGS=(--runs 3)
+    CHOICES_SGLANG_ARGS=(--runs 20)
     TOKEN_CPU_ARGS=(--runs 3 --requests-per-client 3)
     IDLE_ARGS=(--window 12)
     PREFIX_ARGS=(--runs 3)
@@ -101,6 +103,7 @@ run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run bench_logprobs bench_logprobs "${LOGPROBS_ARGS[@]}"
 run vs_transformers bench_vs_transformers "${VS_HF_ARGS[@]}"
 run bench_choices bench_choices "${CHOICES_ARGS[@]}"
+run bench_choices_sglang bench_choices_sglang "${CHOICES_SGLANG_ARGS[@]}"
 run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"
 run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
 run bench_prefix_cache bench_prefix_cache "${PREFIX_ARGS[@]}"

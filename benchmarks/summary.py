@@ -158,6 +158,8 @@ def headline(name: str, data: dict) -> list[str]:
             f"**{fmt(data['speedup'])}x** faster; tokens identical: "
             + ("yes" if data.get("tokens_identical") else "no")
         ]
+    if name == "bench_choices_sglang":
+        return [f"each extra choice adds **{fmt(data['per_extra_choice_s'], 3)} s** to a request"]
     return []
 
 
