@@ -32,6 +32,7 @@ PICKS = {
 }
 # The table: (header, metric key).
 COLUMNS = [
+    ("req/s", "req_per_s"),
     ("out tok/s", "output_tok_per_s"),
     *((f"TTFT {p} ms", f"ttft_{p}_ms") for p in PERCENTILES),
     *((f"ITL {p} ms", f"itl_{p}_ms") for p in PERCENTILES),
@@ -179,7 +180,7 @@ def table(medians: dict[str, dict[str, Any]], ratios: dict[str, dict[str, float]
     rows = []
     for arm, m in medians.items():
         r = ratios.get(arm, {})
-        rows.append([arm, *(m[k] for _, k in COLUMNS), r.get("reference", "-"),
+        rows.append([arm, *(m.get(k) for _, k in COLUMNS), r.get("reference", "-"),
                      *(r.get(k, 1.0 if arm in REFERENCES else float("nan"))
                        for k in ("output_tok_per_s", "ttft_p50", "worker_cpu_per_token"))])
     return headers, rows

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.aiperf_goals import aiperf_parity
+from benchmarks.aiperf_peer_goals import peer_goals
 from benchmarks.aiperf_report import (
     DISAGG_REFERENCE, REFERENCE, add_worker_cpu, arm_median, headline, integrity_problems,
     load_export, parse_export, ratios_to_reference, table, workload,
@@ -156,3 +157,21 @@ def test_own_tree_is_found_and_burns_cpu():
     before = process_cpu_s(os.getpid())
     sum(i * i for i in range(200_000))
     assert process_cpu_s(os.getpid()) > before
+
+
+def test_goals_against_the_faster_peer():
+    runs = {"disagg-sglang": [{"output_tok_per_s": 90.0}, {"output_tok_per_s": 110.0}],
+            "sglang-native-disagg": [{"output_tok_per_s": 100.0}, {"output_tok_per_s": 100.0}]}
+    median = {"agg-sglang": {"output_tok_per_s": 100.0, "ttft_p50_ms": 50.0},
+              "dynamo-sglang": {"output_tok_per_s": 80.0, "ttft_p50_ms": 60.0},
+              "sglang-native": {"output_tok_per_s": 90.0, "ttft_p50_ms": 40.0},
+              "disagg-sglang": {"output_tok_per_s": 95.0, "ttft_p50_ms": 400.0},
+              "dynamo-sglang-disagg": {"output_tok_per_s": 90.0, "ttft_p50_ms": 500.0},
+              "sglang-native-disagg": {"output_tok_per_s": 100.0, "ttft_p50_ms": 450.0}}
+    goals = peer_goals(lambda name: {"median": median, "runs": runs})
+    assert [(g.measured.split("x")[0], g.met) for g in goals] == [
+        ("1.11", True), ("1.25", False), ("0.95", False), ("0.89", True)]
+    assert "(the faster: sglang-native)" in goals[1].measured  # the lower TTFT is the faster
+    assert goals[2].bound == ("against sglang-native-disagg, run by run this ratio went from "
+                              "0.90x to 1.10x")
+    assert [g.met for g in peer_goals(lambda name: None)] == [None] * 4
