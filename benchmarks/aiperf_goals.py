@@ -74,14 +74,49 @@ def aiperf_parity(load: Load) -> list[Goal]:
             bound = "" if met else _bound(key, ratios, medians.get(arm, {}),
                                           medians.get(reference, {}))
             out.append(Goal(label, target, f"{fmt(value)}x", met, bound))
-        out += _process_goals(arm, ref, processes, ratios)
+        per_request = _per_request_us(data, medians.get(arm, {}), medians.get(reference, {}),
+                                      "prefill")
+        out += _process_goals(arm, ref, processes, ratios, {"prefill": _prefill_handler(
+            load("bench_prefill_handler"), per_request)})
     return out
 
 
+def _per_request_us(data: dict[str, Any], arm: dict[str, Any], ref: dict[str, Any],
+                    process: str) -> tuple[float, float] | None:
+    """A worker process's CPU per request (us) in the arm and in the reference."""
+    tokens = num((data.get("config") or {}).get("output_tokens"))
+    ours = num((arm.get("process_cpu_us_per_token") or {}).get(process))
+    theirs = num((ref.get("process_cpu_us_per_token") or {}).get(process))
+    if None in (tokens, ours, theirs):
+        return None
+    return ours * tokens, theirs * tokens
+
+
+def _prefill_handler(data: dict[str, Any] | None,
+                     per_request: tuple[float, float] | None) -> str:
+    """What bench_prefill_handler measured of the two prefill handlers alone, against the
+    processes' difference per request."""
+    med = (data or {}).get("median_us") or {}
+    ours, theirs = num(med.get("this worker")), num(med.get("dynamo.sglang"))
+    if ours is None or theirs is None:
+        return ""
+    parts = (data or {}).get("parts_us") or {}
+    of_it = ", ".join(f"{what} {num(us):.0f} us" for what, us in parts.items())
+    text = (f"the handlers alone (bench_prefill_handler: the same synthetic engine and legs) "
+            f"spend {ours:.0f} us per request against dynamo.sglang's {theirs:.0f} us"
+            + (f" (of this worker's: {of_it}; dynamo.sglang's does neither)" if of_it else ""))
+    if per_request is not None:
+        text += (f"; the whole processes spend {per_request[0]:.0f} and {per_request[1]:.0f} "
+                 f"us per request: the handlers make {ours - theirs:.0f} us of the "
+                 f"{per_request[0] - per_request[1]:.0f} us between them")
+    return text
+
+
 def _process_goals(arm: str, ref: str, processes: tuple[str, ...],
-                   ratios: dict[str, Any]) -> list[Goal]:
+                   ratios: dict[str, Any], handlers: dict[str, str]) -> list[Goal]:
     """Each worker process alone (the Dynamo runtime, the handlers and SGLang's tokenizer
-    manager; its scheduler and detokenizer processes are not in it)."""
+    manager; its scheduler and detokenizer processes are not in it); `handlers`: what a
+    benchmark of a role's handlers alone says, by process name."""
     out = []
     per_process = ratios.get("process_cpu_per_token") or {}
     for name in processes:
@@ -95,6 +130,6 @@ def _process_goals(arm: str, ref: str, processes: tuple[str, ...],
         bound = "" if met else "; ".join(p for p in (
             _spread(ratios, f"process:{name}"),
             "the process runs SGLang's tokenizer manager and Dynamo's bindings, the same code "
-            "as the reference's, besides this worker's handlers") if p)
+            "as the reference's, besides this worker's handlers", handlers.get(name, "")) if p)
         out.append(Goal(label, f"<= {PROCESS_TARGET}x", f"{fmt(value)}x", met, bound))
     return out

@@ -51,6 +51,7 @@ if [[ $QUICK == 1 ]]; then
     KV_ROUTING_ARGS=(--runs 1 --prefixes 4)
     # aiperf's size knob: measured requests per aiperf run (BENCH_AIPERF_REQUESTS).
     AIPERF_ARGS=(--runs 1 --requests "${BENCH_AIPERF_REQUESTS:-16}")
+    PREFILL_HANDLER_ARGS=(--rounds 2 --requests 500)
 else
     STREAM_ARGS=(--runs 3)
     PREPROCESS_ARGS=(--runs 3)
@@ -71,6 +72,7 @@ else
     PREFIX_ARGS=(--runs 3)
     KV_ROUTING_ARGS=(--runs 3 --prefixes 4)
     AIPERF_ARGS=(--runs 3 --requests "${BENCH_AIPERF_REQUESTS:-64}")
+    PREFILL_HANDLER_ARGS=(--rounds 6)
 fi
 
 failed=()
@@ -98,6 +100,8 @@ run idle_cpu bench_idle_cpu "${IDLE_ARGS[@]}"
 # NVIDIA aiperf against this worker, Dynamo 1.6.1's dynamo.sglang and SGLang's own server behind
 # smg (`make aiperf`, `make smg` and `make bench-deps` install what it needs).
 run bench_aiperf bench_aiperf "${AIPERF_ARGS[@]}"
+# The prefill handlers alone, this worker's and dynamo.sglang's (a bound on bench_aiperf's goal).
+run prefill_handler bench_prefill_handler "${PREFILL_HANDLER_ARGS[@]}"
 run serving bench_serving "${SERVING_ARGS[@]}"
 run bench_engine bench_engine "${ENGINE_ARGS[@]}"
 run bench_logprobs bench_logprobs "${LOGPROBS_ARGS[@]}"

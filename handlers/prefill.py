@@ -25,9 +25,9 @@ from typing import Any, Optional
 
 from handlers.core.base import BaseHandler, Context, Engine, RoomEnd, RoomWatch
 from handlers.core.errors import EngineError, RequestError
-from handlers.disagg.frontend_disagg import first_item, last_item, prefill_leg, request_bootstrap
+from handlers.disagg.frontend_disagg import first_item, last_item, prefill_leg
 from handlers.disagg.orchestration import Orchestration, takes_flat_request
-from handlers.disagg.prefill_engine import PrefillLeg, drain_engine, first_of, refused
+from handlers.disagg.prefill_engine import PrefillLeg, drain_engine, refused
 from handlers.disagg.prompt_logprobs import PrefillSide, wants_prompt_logprobs
 from handlers.core.guard import RequestGuard, Stopped
 from handlers.core.health import is_health_check
@@ -206,8 +206,7 @@ class PrefillHandler(BaseHandler):
         kwargs (logprobs, routing hints) for either request shape. The
         first token is sampled here: its logprobs, when asked for, go to decode with the KV."""
         if from_frontend:
-            ids, params, opts = prefill_leg(request)
-            boot = request_bootstrap(request, required=False)
+            ids, params, opts, boot = prefill_leg(request)
             routing = routing_kwargs(request.get("routing"))
         else:
             try:
@@ -228,9 +227,10 @@ class PrefillHandler(BaseHandler):
     async def _wait(self, drain: "asyncio.Task[PrefillDone]", guard: RequestGuard,
                     gone: "Optional[asyncio.Future[RoomEnd]]") -> PrefillDone:
         try:
-            # shield: a stop aborts the rid and the drain ends with the engine's stream.
-            guard.check()  # before the coroutine exists: race() would leave it unawaited
-            done = await guard.race(first_of(drain, gone), self.config.engine_timeout_s)
+            # The drain is left running: a stop aborts the rid and it ends with the stream.
+            await guard.first_done({drain} if gone is None else {drain, gone},
+                                   self.config.engine_timeout_s)
+            done = drain.result() if drain.done() else gone.result()
         except TimeoutError:
             raise EngineError(
                 f"prefill engine did not finish within {self.config.engine_timeout_s:g} s"

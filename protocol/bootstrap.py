@@ -1,5 +1,6 @@
 """Where decode's engine meets prefill's: the prefill engine's bootstrap server plus a room."""
 
+import functools
 import ipaddress
 import re
 
@@ -21,6 +22,13 @@ def host_problem(host: object) -> str | None:
     refused: they name no peer, and ZMQ raises on them inside ``connect``."""
     if not isinstance(host, str) or not host:
         return f"must be a non-empty host name or address, got {host!r}"
+    if len(host) > 255:  # no name or address is longer: nothing that size is cached
+        return f"must be a host name or IP address, got {host[:64]!r}"
+    return _str_host_problem(host)
+
+
+@functools.lru_cache(maxsize=256)  # every request names one of a few prefill hosts
+def _str_host_problem(host: str) -> str | None:
     try:
         addr = ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
     except ValueError:

@@ -46,8 +46,11 @@ class RequestGuard:
         self.rid = rid
         self._context = context
         self._live = live
-        self._interrupt = asyncio.Event()
-        self._watch: Optional[asyncio.Task[Any]] = None
+        # Resolved once the request is interrupted (a failure, an end, the client stopping):
+        # one future every wait of this request shares, rather than a task per wait.
+        self._interrupt: Optional[asyncio.Future[None]] = None
+        self._interrupted = False
+        self._watch: Optional[asyncio.Future[Any]] = None
         self._client_stopped = False
         self._engine_started = False
         self._aborted = False
@@ -61,13 +64,28 @@ class RequestGuard:
         if self._live is not None:
             self._live.add(self)
         if self._context is not None and hasattr(self._context, "async_killed_or_stopped"):
-            self._watch = asyncio.get_running_loop().create_task(self._watch_context())
+            # The runtime's own future (Dynamo's Context returns one): a callback, not a task.
+            self._watch = asyncio.ensure_future(self._context.async_killed_or_stopped())
+            self._watch.add_done_callback(self._context_done)
 
-    async def _watch_context(self) -> None:
-        await self._context.async_killed_or_stopped()
+    def _context_done(self, watch: "asyncio.Future[Any]") -> None:
+        if watch.cancelled() or watch.exception() is not None:  # closed, or the runtime's end
+            return
         self._client_stopped = True
-        self._interrupt.set()
+        self._set_interrupted()
         self.abort("client stopped")
+
+    def _set_interrupted(self) -> None:
+        self._interrupted = True
+        if self._interrupt is not None and not self._interrupt.done():
+            self._interrupt.set_result(None)
+
+    def _interrupt_future(self) -> "asyncio.Future[None]":
+        if self._interrupt is None:
+            self._interrupt = asyncio.get_running_loop().create_future()
+            if self._interrupted:
+                self._interrupt.set_result(None)
+        return self._interrupt
 
     @property
     def stopped(self) -> bool:
@@ -76,7 +94,7 @@ class RequestGuard:
         ctx = self._context
         if ctx is not None and ctx.is_stopped():
             self._client_stopped = True
-            self._interrupt.set()
+            self._set_interrupted()
         return self._client_stopped
 
     def check(self) -> None:
@@ -88,7 +106,7 @@ class RequestGuard:
 
     def engine_started(self) -> None:
         self._engine_started = True
-        if self._interrupt.is_set():
+        if self._interrupted:
             self.abort("interrupted while starting")
 
     def progressing(self) -> None:
@@ -102,7 +120,7 @@ class RequestGuard:
                 logger.debug("request %s: ignored late failure %s", self.rid, error)
             return
         self.error = error
-        self._interrupt.set()
+        self._set_interrupted()
         self.abort("failed: %s" % error)
 
     def end(self, error: Exception) -> None:
@@ -111,7 +129,7 @@ class RequestGuard:
         if self._finished or self.error is not None or self.stopped:
             return
         self.error = error
-        self._interrupt.set()
+        self._set_interrupted()
         self.abort("ended: %s" % error)
 
     def finish(self) -> None:
@@ -137,18 +155,26 @@ class RequestGuard:
         interrupted, and TimeoutError after `timeout` seconds (the awaited work is cancelled)."""
         self.check()
         work = asyncio.ensure_future(awaitable)
-        interrupt = asyncio.ensure_future(self._interrupt.wait())
         try:
-            done, _ = await asyncio.wait(
-                {work, interrupt}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            done, _ = await asyncio.wait({work, self._interrupt_future()}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # our own task was cancelled: take the work down with it
             work.cancel()
             raise
-        finally:
-            interrupt.cancel()
         if work in done:
             return work.result()
         work.cancel()
+        self.check()
+        raise TimeoutError(f"no result within {timeout:g} s")
+
+    async def first_done(self, futures: "set[asyncio.Future[Any]]", timeout: float) -> None:
+        """Return once one of `futures` is done, as race() does, but neither wrapping nor
+        cancelling them (they belong to the caller): Stopped or the failure as soon as the
+        request is interrupted, TimeoutError after `timeout` seconds."""
+        self.check()
+        await asyncio.wait({*futures, self._interrupt_future()}, timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if any(f.done() for f in futures):
+            return
         self.check()
         raise TimeoutError(f"no result within {timeout:g} s")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from typing import Optional, Protocol
 
 
@@ -24,7 +23,7 @@ def rid_prefix(pid: int) -> str:
 
 
 def new_rid() -> str:
-    return rid_prefix(os.getpid()) + uuid.uuid4().hex
+    return rid_prefix(os.getpid()) + os.urandom(16).hex()  # uuid4's 32 hex digits, faster
 
 
 class LiveRequests:

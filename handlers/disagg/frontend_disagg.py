@@ -63,8 +63,10 @@ class SentRoom:
         return self.boot
 
 
-def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], OutputOptions]:
-    """The flat request's ids, its output options and the SGLang sampling params for computing
+def prefill_leg(request: dict[str, Any]
+                ) -> tuple[list[int], dict[str, Any], OutputOptions, Optional[BootstrapInfo]]:
+    """The flat request's ids, its output options, its `bootstrap_info` (validated with the rest:
+    parsed once per request) and the SGLang sampling params for computing
     the prompt's KV and the first token: one new token for each of the request's `n` choices
     (the engine computes the prompt once; docs/reference/orchestration.md), and the prompt
     logprobs when asked (handlers/disagg/prompt_logprobs.py). The frontend sends both legs at
@@ -79,7 +81,7 @@ def prefill_leg(request: dict[str, Any]) -> tuple[list[int], dict[str, Any], Out
     params = tokens_sampling_params(req, prompt_len=len(ids), context_length=len(ids) + 1,
                                     skip_tokenizer_init=True)
     params["max_new_tokens"] = 1
-    return ids, params, req.output_options
+    return ids, params, req.output_options, req.bootstrap_info
 
 
 def first_item(boot: BootstrapInfo) -> dict[str, Any]:

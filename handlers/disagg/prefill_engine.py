@@ -1,6 +1,5 @@
-"""A prefill leg's engine request: its stream read to the end (`drain_engine`), raced against
-the room's decode half (`first_of`), and the leg's room-watch state (`PrefillLeg`). Split from
-handlers/prefill.py, which uses them."""
+"""A prefill leg's engine request: its stream read to the end (`drain_engine`), and the leg's
+room-watch state (`PrefillLeg`). Split from handlers/prefill.py, which uses them."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -41,15 +40,6 @@ async def drain_engine(
         prompt_tokens=int(meta.get("prompt_tokens") or 0),
         cached_tokens=int(meta.get("cached_tokens") or 0),
     )
-
-
-async def first_of(drain: "asyncio.Task[PrefillDone]",
-                 gone: "Optional[asyncio.Future[RoomEnd]]") -> "PrefillDone | RoomEnd":
-    """The drain's outcome, or the decode half's end if that comes first."""
-    if gone is None:
-        return await asyncio.shield(drain)
-    await asyncio.wait({drain, gone}, return_when=asyncio.FIRST_COMPLETED)
-    return drain.result() if drain.done() else gone.result()
 
 
 @dataclass

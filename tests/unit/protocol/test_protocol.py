@@ -266,10 +266,12 @@ def test_wire_shapes():
 
 
 @pytest.mark.parametrize("host", ["*", "bad host", "0.0.0.0", "::", "[::]", "a..b", "-x.org",
-                                  "tcp://10.0.0.1", "h:80", "x" * 254, "ex*mple.com"])
+                                  "tcp://10.0.0.1", "h:80", "x" * 254, "ex*mple.com",
+                                  "x" * 10_000])
 def test_bootstrap_host_must_be_a_dialable_name_or_address(host):
     data = {"bootstrap_host": host, "bootstrap_port": 1, "bootstrap_room": 1}
-    assert _error(BootstrapInfo, data).startswith("bootstrap_host: must be a ")
+    for _ in range(2):  # the answer is cached per host: the second time says the same
+        assert _error(BootstrapInfo, data).startswith("bootstrap_host: must be a ")
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "10.0.0.1", "::1", "[fe80::1]",
