@@ -28,7 +28,7 @@ from seed 0. KV cache: 16 KiB per token.
 **Commands.**
 
 ```bash
-make bench                                  # = bash benchmarks/run_all.sh: everything, ~28 min
+make bench                                  # = bash benchmarks/run_all.sh: everything, ~33 min
 bash benchmarks/run_all.sh --quick          # smoke run (~6 min, 1 repetition, smaller sizes)
 bash benchmarks/run_all.sh --publish        # full run, then copy PNG + JSON here (docs/bench/)
 python -m benchmarks.summary --docs docs/benchmarks.md   # regenerate this page from docs/bench/

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after another (run together they would disturb each other on
 # 2 cores). Each prints its table and writes JSON + PNG to results/ (or $BENCH_RESULTS); the
-# tables are collected in results/summary.md. About 28 minutes on 2 cores (BENCH_AIPERF_REQUESTS
+# tables are collected in results/summary.md. About 33 minutes on 2 cores (BENCH_AIPERF_REQUESTS
 # sizes aiperf: measured requests per run).
 #   bash benchmarks/run_all.sh             # the full run
 #   bash benchmarks/run_all.sh --quick     # smoke run: small sizes, 1 repetition (~6 minutes)
