@@ -35,6 +35,7 @@ MAX_CLAIMS_PER_CONNECTION = 1 << 16
 # engine joins the room, so this only bridges two connections' delivery order).
 MAX_UNDELIVERED = 256
 DROPPED = "the decode worker's room-watch connection dropped"
+CLOSE_WAIT_S = 2.0  # for the connections' tasks to see their sockets closed
 
 
 class _Connection:
@@ -42,6 +43,7 @@ class _Connection:
         self.peer = peer
         self.rooms: set[int] = set()
         self.writer = writer
+        self.task = asyncio.current_task()  # the server's task serving it
 
 
 class RoomWatchServer:
@@ -61,6 +63,7 @@ class RoomWatchServer:
         self._legs: dict[int, asyncio.Future[Release]] = {}
         # frames for rooms whose decode half has not claimed them yet, sent on its claim
         self._held: OrderedDict[int, list[bytes]] = OrderedDict()
+        self._connections: set[_Connection] = set()
 
     async def start(self) -> None:
         try:
@@ -72,9 +75,17 @@ class RoomWatchServer:
         logger.info("room watch listening on %s:%d", self.host, self.port)
 
     async def close(self) -> None:
+        """Stop listening and close every decode's connection; wait (bounded) for their tasks
+        to end by themselves: left to the loop's teardown, each would be cancelled, and
+        Python 3.11's stream callback logs a cancelled connection task as an exception."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        for conn in self._connections:
+            conn.writer.close()
+        tasks = [conn.task for conn in self._connections if conn.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -137,6 +148,7 @@ class RoomWatchServer:
     # --- the connections ----------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(str(writer.get_extra_info("peername")), writer)
+        self._connections.add(conn)
         try:
             while True:
                 timeout = self._silence_s if conn.rooms else None
@@ -153,6 +165,7 @@ class RoomWatchServer:
             logger.warning("room watch: dropped %s after a malformed frame: %s", conn.peer, exc)
         finally:
             writer.close()
+            self._connections.discard(conn)
             self._dropped(conn)
 
     def _on_message(self, conn: _Connection, msg: Claim | Release | Ping) -> None:

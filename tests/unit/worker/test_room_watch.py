@@ -162,3 +162,19 @@ async def test_an_unreachable_watch_leaves_the_request_unclaimed():
     claims = claims_for(server)
     server.port = port  # closed: nothing listens there now
     assert await claims.claim("pre", 1, ROOM) is None
+
+
+async def test_closing_the_watch_ends_its_open_connections_quietly():
+    """A worker's shutdown closes the watch while decodes are still connected: their connection
+    tasks end by themselves, not cancelled by the loop's teardown (whose stream callback, on
+    Python 3.11, logs "Exception in callback" with a CancelledError)."""
+    server = await watch_server()
+    claims = claims_for(server)
+    await claims.claim("pre", 1, ROOM)
+    await until(lambda: server.counters["claims"] == 1)
+    serving = {t for t in asyncio.all_tasks() if "_serve" in repr(t.get_coro())}
+    assert serving
+    await server.close()
+    assert all(t.done() and not t.cancelled() for t in serving)
+    assert server.counters["claims"] == 0  # its rooms ended with the connection
+    await claims.close()
