@@ -153,19 +153,14 @@ class RequestGuard:
     async def race(self, awaitable: Awaitable[T], timeout: float) -> T:
         """Await `awaitable`, but raise the failure / Stopped as soon as the request is
         interrupted, and TimeoutError after `timeout` seconds (the awaited work is cancelled)."""
-        self.check()
+        self.check()  # before the work exists: a coroutine would be left unawaited
         work = asyncio.ensure_future(awaitable)
         try:
-            done, _ = await asyncio.wait({work, self._interrupt_future()}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # our own task was cancelled: take the work down with it
+            await self.first_done({work}, timeout)
+        except BaseException:  # interrupted, timed out, or our own task cancelled
             work.cancel()
             raise
-        if work in done:
-            return work.result()
-        work.cancel()
-        self.check()
-        raise TimeoutError(f"no result within {timeout:g} s")
+        return work.result()
 
     async def first_done(self, futures: "set[asyncio.Future[Any]]", timeout: float) -> None:
         """Return once one of `futures` is done, as race() does, but neither wrapping nor

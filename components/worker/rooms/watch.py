@@ -81,9 +81,10 @@ class RoomWatchServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        for conn in self._connections:
+        conns = list(self._connections)  # each task discards its own as it ends
+        for conn in conns:
             conn.writer.close()
-        tasks = [conn.task for conn in self._connections if conn.task is not None]
+        tasks = [conn.task for conn in conns if conn.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import msgspec
 
 from components.engine.disagg.transport.auth import welcome_ok
 from components.engine.disagg.transport.bootstrap import Endpoint
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
+from components.engine.disagg.transport.decode_room import MAX_EARLY, DecodeRoom
 from components.engine.disagg.transport.events import (
     HOLD_BACKSTOP_FACTOR, Event, FailureKind, KVArrived, RoomReleased, TransferFailed, abort_kind,
     notif_grace, notif_lost_message,
@@ -43,25 +43,6 @@ from protocol.kv_side_channel import (
 
 logger = logging.getLogger(__name__)
 
-_MAX_EARLY = 4
-
-
-@dataclass
-class _Room:
-    room: int
-    rid: str
-    endpoint: Endpoint
-    deadline: float  # WAITING: KV deadline; RELEASING: grace deadline
-    since: float  # when the current state began
-    releasing: bool = False
-    held: bool = False  # the prefill said a WRITE of it may still land
-    written: float | None = None  # when the prefill said its WRITE was DONE (``Written``)
-    queued: bool = False  # its Register is not sent: the KV path probe is under way or failed
-    # Notifications that came before the Welcome (a few: a stranger's must not hide the real one)
-    early: list[tuple[str, KVNotif]] = field(default_factory=list)
-    runs: list[Run] = field(default_factory=list)
-
-
 class DecodeSide:
     def __init__(self, nixl: NixlEndpoint, client: BootstrapClient, transfer_timeout: float,
                  emit: Callable[[Event], None], secret: bytes | None = None,
@@ -72,7 +53,7 @@ class DecodeSide:
         self._emit = emit
         self._secret = secret
         self._throttle = throttle or Throttle()
-        self._rooms: dict[int, _Room] = {}
+        self._rooms: dict[int, DecodeRoom] = {}
         self._prefills: dict[Endpoint, str] = {}  # endpoint -> its NIXL agent (from Welcome)
         self._probes = DecodeProbes(nixl, client.send, probe)
 
@@ -85,7 +66,7 @@ class DecodeSide:
             raise ValueError(f"room {room}: invalid bootstrap address {host!r}:{port!r}")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
         now = time.monotonic()
-        r = _Room(room, rid, (host, port), now + self._transfer_timeout, now, runs=list(runs))
+        r = DecodeRoom(room, rid, (host, port), now + self._transfer_timeout, now, runs=list(runs))
         self._rooms[room] = r
         path = self._probes.status(r.endpoint, now)
         if path == "broken":
@@ -96,7 +77,7 @@ class DecodeSide:
         else:
             self._register(r)
 
-    def _register(self, r: _Room) -> None:
+    def _register(self, r: DecodeRoom) -> None:
         r.queued = False
         if not self._client.send(r.endpoint, Register(r.room, self._nixl.name, r.runs)):
             self._fail(r, f"could not reach the prefill bootstrap server "
@@ -239,10 +220,10 @@ class DecodeSide:
                        f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s")
                 self._fail(r, msg, FailureKind.TIMED_OUT)
 
-    def _on_notif(self, r: _Room, agent: str, notif: KVNotif) -> None:
+    def _on_notif(self, r: DecodeRoom, agent: str, notif: KVNotif) -> None:
         owner = self._prefills.get(r.endpoint)
         if owner is None:  # the Welcome naming the owner is still on its way
-            if len(r.early) < _MAX_EARLY:
+            if len(r.early) < MAX_EARLY:
                 r.early.append((agent, notif))
             return
         if agent != owner:
@@ -267,12 +248,12 @@ class DecodeSide:
                 self._fail(r, self._probes.failure(endpoint), FailureKind.PATH_BROKEN)
 
     # --- endings ------------------------------------------------------------------------------
-    def _fail(self, r: _Room, message: str, kind: FailureKind) -> None:
+    def _fail(self, r: DecodeRoom, message: str, kind: FailureKind) -> None:
         logger.info("room %s (rid %s) failed: %s", r.room, r.rid, message)
         self._emit(TransferFailed(r.room, message, kind))
         self._start_release(r, message)
 
-    def _start_release(self, r: _Room, message: str) -> None:
+    def _start_release(self, r: DecodeRoom, message: str) -> None:
         """Ask the prefill to stop; keep the pages until it acknowledges (or the grace ends)."""
         r.releasing = True
         r.since = time.monotonic()
@@ -294,10 +275,10 @@ class DecodeSide:
         # Otherwise the prefill may have the Register (or get it before the queued Abort):
         # keep the pages until it acknowledges, or the grace ends.
 
-    def _shares_endpoint(self, r: _Room) -> bool:
+    def _shares_endpoint(self, r: DecodeRoom) -> bool:
         return any(o.endpoint == r.endpoint for o in self._rooms.values() if o is not r)
 
-    def _release(self, r: _Room) -> None:
+    def _release(self, r: DecodeRoom) -> None:
         if self._rooms.pop(r.room, None) is not None:
             self._emit(RoomReleased(r.room))
             if not any(o.endpoint == r.endpoint for o in self._rooms.values()):
