@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from handlers.core.base import BaseHandler, Context, Engine, PrefillClient, RoomClaims
+from handlers.core.base import (
+    BaseHandler, Context, Engine, KVPaths, PrefillClient, RoomClaims,
+)
 from handlers.text.chat_outputs import ChoiceOutputs
 from handlers.text.chat_stream import ChatStream, asks_for
 from handlers.core.errors import EngineError, RequestError
@@ -83,6 +85,7 @@ class DecodeHandler(BaseHandler):
         preprocessor: Optional[Preprocessor] = None,
         rooms: Optional[RoomClaims] = None,
         parsers: Optional[ChatParsers] = None,
+        kv_paths: Optional[KVPaths] = None,
     ) -> None:
         super().__init__(engine)
         calls_prefill = config.orchestration is Orchestration.DECODE
@@ -98,6 +101,7 @@ class DecodeHandler(BaseHandler):
         # ends early (docs/reference/room-watch.md): as the request arrives when the
         # frontend orchestrates, once the prefill names the room when decode does.
         self.rooms = rooms if config.orchestration.disaggregated else None
+        self.kv_paths = kv_paths if config.orchestration.disaggregated else None
         # The room source, picked once: the request's bootstrap_info, this handoff, or none.
         self._sent_rooms = config.orchestration is Orchestration.FRONTEND
         self._handoff: Optional[PrefillHandoff] = None
@@ -227,6 +231,8 @@ class DecodeHandler(BaseHandler):
         prompt = DecodeSide(end.claim) if job.prompt_from_prefill else None
         leg = (PrefillLegEnd(end.claim, boot.bootstrap_room)
                if self._sent_rooms and int(job.sampling_params.get("n") or 1) > 1 else None)
+        if boot is not None and self.kv_paths is not None:  # the first room for a prefill waits
+            await guard.race(self.kv_paths.check(boot), self.config.first_token_timeout_s)
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,

@@ -10,7 +10,10 @@ big-endian length and a msgpack body (msgspec, never pickle). Decode -> prefill:
   ``Release``  the decode half ended: ``done`` (nothing to do), ``cancelled`` (the client left),
                ``failed`` (the decode failed) or ``invalid`` (the decode refused the request as
                the client's error: the prefill ends its half with the same 400 and message);
-  ``Ping``     the connection's owner is alive while it holds claims.
+  ``Ping``     the connection's owner is alive while it holds claims;
+  ``ProbeKV``  run a one-token prefill into ``room`` now: the decode joins the room with a
+               one-token request of its own, a real KV transfer through the engine's own path,
+               before its requests use this prefill (``components/worker/rooms/kv_probe.py``).
 
 Prefill -> decode, on the connection that claimed the room:
 
@@ -21,7 +24,9 @@ Prefill -> decode, on the connection that claimed the room:
                through (``n > 1``, frontend-orchestrated only): Dynamo 1.6.1's prefill router
                ends the whole response at the first finish chunk it gets before the prefill
                leg's stream ended, so the decode holds its first finish chunk until this comes
-               (orchestration.md, "n > 1").
+               (orchestration.md, "n > 1");
+  ``KVProbed`` the prefill's half of the probe of ``room`` is through (``error`` empty) or why
+               it failed.
 """
 
 from __future__ import annotations
@@ -59,6 +64,10 @@ class Ping(msgspec.Struct, tag="ping", frozen=True, forbid_unknown_fields=True):
     pass
 
 
+class ProbeKV(msgspec.Struct, tag="probe_kv", frozen=True, forbid_unknown_fields=True):
+    room: Room
+
+
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 Alternatives = Annotated[list[tuple[float, TokenId]], msgspec.Meta(max_length=MAX_TOP_LOGPROBS)]
 
@@ -79,15 +88,20 @@ class LegEnded(msgspec.Struct, tag="leg_ended", frozen=True, forbid_unknown_fiel
     room: Room
 
 
-ToPrefill = Union[Claim, Release, Ping]
-ToDecode = Union[PromptLogprobs, LegEnded]
+class KVProbed(msgspec.Struct, tag="kv_probed", frozen=True, forbid_unknown_fields=True):
+    room: Room
+    error: Annotated[str, msgspec.Meta(max_length=4096)] = ""
+
+
+ToPrefill = Union[Claim, Release, Ping, ProbeKV]
+ToDecode = Union[PromptLogprobs, LegEnded, KVProbed]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(type=ToPrefill)
 _to_decode = msgspec.msgpack.Decoder(type=ToDecode)
 
 
-def frame(msg: Claim | Release | Ping | PromptLogprobs | LegEnded) -> bytes:
+def frame(msg: ToPrefill | ToDecode) -> bytes:
     body = _encoder.encode(msg)
     return HEADER.pack(len(body)) + body
 
@@ -100,11 +114,11 @@ def frame_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
     return length
 
 
-def decode(body: bytes) -> Claim | Release | Ping:
+def decode(body: bytes) -> ToPrefill:
     """msgspec.DecodeError / ValidationError for anything but a well-formed message."""
     return _decoder.decode(body)
 
 
-def decode_to_decode(body: bytes) -> PromptLogprobs | LegEnded:
+def decode_to_decode(body: bytes) -> ToDecode:
     """A prefill's frame, read by the decode (msgspec errors as `decode`)."""
     return _to_decode.decode(body)

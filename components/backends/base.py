@@ -24,6 +24,9 @@ class EngineBackend(Protocol):
     # The engine writes SGLang's `sglang:*` metrics itself (SGLang, with --enable-metrics); the
     # worker derives them from the engine's read-outs otherwise (the CPU engine).
     own_sglang_metrics: bool
+    # The engine's KV transport checks its own path (the CPU engine's side channel); otherwise
+    # the worker probes it with a one-token request over the room watch (rooms/kv_probe.py).
+    probes_own_kv_path: bool
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         """The engine's flags, with SGLang's names and meanings."""

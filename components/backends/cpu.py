@@ -17,6 +17,7 @@ class CpuBackend:
     name = "cpu"
     kv_events_over_zmq = False  # the engine reports to an in-process listener
     own_sglang_metrics = False  # the worker reads `sglang:*` values from the engine
+    probes_own_kv_path = True  # its transport's path probe (disagg/transport/path_probe.py)
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         cpu_flags.add_cpu_engine_flags(parser)

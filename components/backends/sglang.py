@@ -59,6 +59,7 @@ class SglangBackend:
     name = "sglang"
     kv_events_over_zmq = True  # SGLang's scheduler publishes on --kv-events-config's endpoint
     own_sglang_metrics = True  # with --enable-metrics, in its multiprocess directory
+    probes_own_kv_path = False  # SGLang's NIXL connection: the worker probes through it
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         _engine_module().add_sglang_flags(parser)

@@ -36,8 +36,10 @@ def bootstrap_endpoint(config: WorkerConfig, engine: Any) -> tuple[str, int]:
 
 
 def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[Any],
-                  metrics: Optional[WorkerMetrics] = None, rooms: Optional[Any] = None) -> Any:
-    """`rooms`: the room watch (prefill) or the room claims (decode), frontend-orchestrated."""
+                  metrics: Optional[WorkerMetrics] = None, rooms: Optional[Any] = None,
+                  kv_paths: Optional[Any] = None) -> Any:
+    """`rooms`: the room watch (prefill) or the room claims (decode); `kv_paths`: the decode's
+    KV path probe (`rooms/kv_probe.py`)."""
     if config.role.prefill:
         host, port = bootstrap_endpoint(config, engine)
         return PrefillHandler(engine, PrefillConfig(bootstrap_host=host, bootstrap_port=port,
@@ -59,7 +61,7 @@ def build_handler(config: WorkerConfig, engine: Any, prefill_client: Optional[An
     )
     return DecodeHandler(engine, decode_config, prefill_client=prefill_client,
                          preprocessor=preprocessor, rooms=rooms,
-                         parsers=_chat_parsers(config, preprocessor))
+                         parsers=_chat_parsers(config, preprocessor), kv_paths=kv_paths)
 
 
 def _chat_parsers(config: WorkerConfig, preprocessor: Optional[Preprocessor]) -> Optional[Any]:

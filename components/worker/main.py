@@ -33,7 +33,7 @@ from components.worker.metrics.worker_metrics import WorkerMetrics
 from components.worker.metrics.metrics_export import expose_metrics
 from components.worker.lifecycle.register import (local_indexer, register_served_model,
                                         unregister_served_model)
-from components.worker.rooms.wiring import room_claims, start_room_watch
+from components.worker.rooms.wiring import kv_path_probe, room_claims, start_room_watch
 from components.worker.lifecycle.runtime import translate_errors
 from components.worker.lifecycle.shutdown import (
     DRAIN_MARGIN_S, StartupInterrupted, StopSignals, drain, interrupt_startup, settle,
@@ -201,11 +201,13 @@ async def run_worker(config: WorkerConfig, argv: list[str] | None = None) -> int
         if config.role.claims_rooms:
             rooms = await room_claims(runtime, config)
         elif config.role.prefill:
-            rooms = await start_room_watch(runtime, config, bootstrap_endpoint(config, engine))
+            rooms = await start_room_watch(runtime, config, bootstrap_endpoint(config, engine),
+                                           engine)
         metrics = WorkerMetrics(engine)
         lag = metrics.lag
         lag.start()
-        handler = build_handler(config, engine, prefill, metrics, rooms)
+        handler = build_handler(config, engine, prefill, metrics, rooms,
+                                kv_path_probe(config, engine, rooms))
         if config.dynamo.debug_routes:
             register_debug_routes(runtime, config.backend, engine)
         worker = Worker(config, runtime, engine, metrics, handler.live)

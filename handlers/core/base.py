@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, Optional, Protocol
 
 from handlers.core.live import LiveRequests
+from protocol.bootstrap import BootstrapInfo
 from protocol.room_watch import PromptLogprobs
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,14 @@ class PrefillClient(Protocol):
     async def generate(
         self, request: dict[str, Any], context: Optional[Context]
     ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+class KVPaths(Protocol):
+    """The decode's KV path probe (components/worker/rooms/kv_probe.py): `check` returns once
+    the KV path to the room's prefill has moved a real transfer, and raises EngineUnavailable
+    (a 503 saying why) while it is broken."""
+
+    async def check(self, boot: BootstrapInfo) -> None: ...
 
 
 class RoomEnd(Protocol):

@@ -7,7 +7,9 @@ Tokens mode, frontend-orchestrated, every worker bound to its host's address: gr
 equals aggregated; clients that leave free both workers; a SIGKILLed prefill fails requests
 within a bound, and one restarted at the same address (host, bootstrap and room-watch ports)
 serves exactly again (the decode's SGLang keeps no stale peer state); a SIGKILLed decode
-restarted on its host serves exactly again. Text mode, decode-orchestrated, on 0.0.0.0:
+restarted on its host with a UCX setting that cannot cross hosts fails its KV path probe (a 503
+within the probe's bound, then at once), and one restarted with UCX's defaults serves exactly
+again. Text mode, decode-orchestrated, on 0.0.0.0:
 exactness. Where namespaces cannot be made (not root, no ``ip``), the module skips saying why.
 """
 
@@ -20,6 +22,8 @@ import time
 import httpx
 import pytest
 
+from components.worker.rooms.kv_probe import PROBE_TIMEOUT_S
+from harness.multihost import log_lines
 from harness.topology import wait_until
 from tests.e2e.client import user
 from tests.e2e.multihost_checks import (  # hosts, services: this module's fixtures
@@ -46,6 +50,15 @@ def test_sglang_tokens_frontend_orchestrated_equals_aggregated(sglang_tokens, ho
     sent_b = hosts[1].tx_bytes()
     assert_exact(sglang_tokens, SGLANG)
     assert hosts[1].tx_bytes() > sent_b  # the prefill's KV crossed the link
+    assert_probed(sglang_tokens)
+
+
+def assert_probed(stack) -> None:
+    """The decode's first request into the prefill's rooms waited for the KV path probe,
+    which passed (one real transfer through SGLang's NIXL path)."""
+    lines = log_lines(stack.procs["decode"].log_path, "KV path from prefill 10.231.0.2:")
+    assert lines and "checked in" in lines[0], lines
+    print(lines[0])
 
 
 def test_sglang_clients_leaving_free_both_workers(sglang_tokens):
@@ -81,16 +94,53 @@ def test_sglang_prefill_killed_then_restarted_at_the_same_address(sglang_tokens)
 
 
 def test_sglang_decode_killed_then_restarted_on_its_host(sglang_tokens):
-    dead = sglang_tokens.procs.pop("decode")
-    dead.signal_group(signal.SIGKILL)
-    dead.popen.wait(10)
-    start_sglang_decode(sglang_tokens, "decode-2", True, FRONTEND_ORCHESTRATED)
+    """The decode comes back twice. First with a UCX setting that cannot cross hosts (tcp on
+    its own loopback only: the prefill's SGLang cannot reach the decode's NIXL agent, and
+    waits for it until its 300 s bootstrap timeout): the KV path probe fails, the first request
+    gets its 503 within the probe's bound, the next at once, and the decode's log names the
+    prefill, the probe and the setting. Then with UCX's defaults: exact again."""
+    replace_decode(sglang_tokens, "decode-broken", UCX_TLS="tcp", UCX_NET_DEVICES="lo")
+    log = sglang_tokens.procs["decode"].log_path
+    wait_until(lambda: log_lines(log, "worker ready"), RETURN_S + 60, "the decode to start")
+    body = {"model": SGLANG, "messages": user("broken?"), "max_tokens": 4}
+
+    def ask() -> tuple[int, float]:
+        t0 = time.monotonic()
+        r = sglang_tokens.call(lambda: httpx.post(f"{sglang_tokens.url}/v1/chat/completions",
+                                                  json=body, timeout=PROBE_TIMEOUT_S + 60))
+        return r.status_code, time.monotonic() - t0
+
+    first, second = ask(), ask()
+    print(f"broken KV path: {first[0]} after {first[1]:.1f} s, then {second[0]} after "
+          f"{second[1]:.2f} s")
+    # The 1.6.1 frontend answers a worker's 503 with its own body; the why is in the log.
+    assert first[0] in (503, 500) and first[1] < PROBE_TIMEOUT_S + 10, first
+    assert second[0] == 503 and second[1] < 2.0, second
+    [line] = log_lines(log, "failed its check")[:1]
+    for part in ("10.231.0.2", "SGLang's NIXL connection", "UCX_NET_DEVICES=lo",
+                 "UCX_PROTO_INFO=y"):
+        assert part in line, line
+    replace_decode(sglang_tokens, "decode-2")
     t0 = time.monotonic()
     wait_until(lambda: serves(sglang_tokens, SGLANG), RETURN_S + 60,
                "the restarted decode to serve", interval=0.5)
     print(f"restarted decode served {time.monotonic() - t0:.1f} s after its start")
-    sglang_tokens.procs["decode"] = sglang_tokens.procs.pop("decode-2")
     assert_exact(sglang_tokens, SGLANG)
+
+
+def replace_decode(stack, name: str, **env: str) -> None:
+    """SIGKILL the decode; start `name` on its host (with `env`) as the decode."""
+    dead = stack.procs.pop("decode")
+    dead.signal_group(signal.SIGKILL)
+    dead.popen.wait(10)
+    before = dict(stack.worker_env)
+    stack.worker_env.update(env)
+    try:
+        start_sglang_decode(stack, name, True, FRONTEND_ORCHESTRATED)
+    finally:
+        stack.worker_env.clear()
+        stack.worker_env.update(before)
+    stack.procs["decode"] = stack.procs.pop(name)
 
 
 def test_sglang_text_decode_orchestrated_on_wildcard_equals_aggregated(tmp_path_factory,
@@ -102,5 +152,6 @@ def test_sglang_text_decode_orchestrated_on_wildcard_equals_aggregated(tmp_path_
                         engine="sglang", bind="0.0.0.0")
     try:
         assert_exact(stack, SGLANG)
+        assert_probed(stack)
     finally:
         stack.stop()

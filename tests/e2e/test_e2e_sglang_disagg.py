@@ -62,6 +62,15 @@ def test_decode_output_equals_aggregated_also_on_a_prefix_cache_hit(stack, http,
         assert got["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
 
 
+def test_the_kv_path_was_probed_once_before_the_first_request_used_it(stack, http):
+    """One real transfer through SGLang's NIXL path (components/worker/rooms/kv_probe.py) the
+    first time this decode used the prefill, and none after."""
+    chat(http, stack.url, body(SGLANG, "once more"))
+    checked = [ln for ln in stack.procs["sglang"].log_text().splitlines()
+               if "KV path from prefill" in ln]
+    assert len(checked) == 1 and "checked in" in checked[0], checked
+
+
 def test_streamed_decode_equals_aggregated(stack, http):
     ref = chat(http, stack.url, body(AGG, "1 2 3 4 5 6 7"))
     got = stream(http, stack.url, "chat/completions", body(SGLANG, "1 2 3 4 5 6 7"))

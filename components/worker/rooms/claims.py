@@ -6,7 +6,7 @@ half ended. While a connection holds claims it pings, so a hung decode's rooms e
 server that cannot be reached costs nothing but the guarantee: the request goes on unclaimed.
 The prefill sends a claimed room's prompt logprobs back on the same connection
 (`RoomClaim.prompt_logprobs`), and the end of its leg where the decode waits for it
-(`RoomClaim.leg_ended`).
+(`RoomClaim.leg_ended`), and its half of a KV path probe (`Link.probe`, `kv_probe.py`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Awaitable, Callable, Optional
 import msgspec
 
 from protocol.room_watch import (
-    HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, LegEnded, Outcome, Ping, PromptLogprobs, Release,
-    decode_to_decode, frame, frame_length,
+    HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, KVProbed, LegEnded, Outcome, Ping, ProbeKV,
+    PromptLogprobs, Release, ToPrefill, decode_to_decode, frame, frame_length,
 )
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ Lookup = Callable[[str, int], Awaitable[Optional[Address]]]
 CONNECT_TIMEOUT_S = 2.0
 
 
-class _Link:
+class Link:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  ping_s: float) -> None:
         self.rooms: set[int] = set()
@@ -38,6 +38,8 @@ class _Link:
         self.logprobs: dict[int, asyncio.Future[PromptLogprobs]] = {}
         # each claimed room's prefill leg end (True), or False when none can come any more
         self.legs: dict[int, asyncio.Future[bool]] = {}
+        # each probe's answer: the prefill's error ("" when its half went through)
+        self.probes: dict[int, asyncio.Future[str]] = {}
         self._writer = writer
         self._wake = asyncio.Event()
         self._tasks = (asyncio.ensure_future(self._ping(ping_s)),
@@ -47,7 +49,7 @@ class _Link:
     def open(self) -> bool:
         return not self._writer.is_closing()
 
-    def send(self, msg: Claim | Release | Ping) -> None:
+    def send(self, msg: ToPrefill) -> None:
         # A write never blocks the loop: the transport buffers it (a few bytes per request).
         if self.open:
             self._writer.write(frame(msg))
@@ -60,6 +62,16 @@ class _Link:
             waiting.set_result(PromptLogprobs(room, error="the room watch connection closed"))
             leg.set_result(False)
         self._wake.set()
+
+    def probe(self, room: int) -> "asyncio.Future[str]":
+        """Ask the prefill to run its half of a probe of `room`; resolves with its error
+        ("" once through), or why none can come (the connection closed)."""
+        answer = self.probes[room] = asyncio.get_running_loop().create_future()
+        answer.add_done_callback(lambda _: self.probes.pop(room, None))
+        if not self.open:
+            answer.set_result("the room watch connection closed")
+        self.send(ProbeKV(room))
+        return answer
 
     def released(self, room: int) -> None:
         self.rooms.discard(room)
@@ -84,6 +96,11 @@ class _Link:
                 header = await reader.readexactly(HEADER.size)
                 body = await reader.readexactly(frame_length(header, MAX_LOGPROBS_FRAME_BYTES))
                 msg = decode_to_decode(body)
+                if isinstance(msg, KVProbed):
+                    answer = self.probes.get(msg.room)
+                    if answer is not None and not answer.done():
+                        answer.set_result(msg.error)
+                    continue
                 ended = isinstance(msg, LegEnded)
                 waiting = (self.legs if ended else self.logprobs).get(msg.room)
                 if waiting is not None and not waiting.done():
@@ -105,12 +122,15 @@ class _Link:
         for leg in self.legs.values():
             if not leg.done():
                 leg.set_result(False)
+        for answer in list(self.probes.values()):
+            if not answer.done():
+                answer.set_result(why)
 
 
 class RoomClaim:
     """One decode half's claim; `release` once, when the half ends."""
 
-    def __init__(self, link: _Link, room: int) -> None:
+    def __init__(self, link: Link, room: int) -> None:
         self._link = link
         self.room = room
         self._released = False
@@ -138,23 +158,26 @@ class RoomClaims:
     def __init__(self, lookup: Lookup, ping_s: float = 2.0) -> None:
         self._lookup = lookup
         self._ping_s = ping_s
-        self._links: dict[Address, _Link] = {}
-        self._opening: dict[Address, asyncio.Future[Optional[_Link]]] = {}
+        self._links: dict[Address, Link] = {}
+        self._opening: dict[Address, asyncio.Future[Optional[Link]]] = {}
 
     async def claim(self, host: str, port: int, room: int) -> Optional[RoomClaim]:
         """Claim `room` at the prefill whose bootstrap server is host:port; None when its
         watch cannot be reached (logged)."""
-        address = await self._lookup(host, port)
-        if address is None:
-            return None
-        link = await self._link(address)
+        link = await self.link(host, port)
         if link is None:
             return None
         link.send(Claim(room))
         link.claimed(room)
         return RoomClaim(link, room)
 
-    async def _link(self, address: Address) -> Optional[_Link]:
+    async def link(self, host: str, port: int) -> Optional[Link]:
+        """The connection to the watch of the prefill whose bootstrap server is host:port;
+        None when it cannot be reached (logged)."""
+        address = await self._lookup(host, port)
+        return None if address is None else await self._link(address)
+
+    async def _link(self, address: Address) -> Optional[Link]:
         link = self._links.get(address)
         if link is not None and link.open:
             return link
@@ -164,7 +187,7 @@ class RoomClaims:
             opening.add_done_callback(lambda _: self._opening.pop(address, None))
         return await asyncio.shield(opening)
 
-    async def _connect(self, address: Address) -> Optional[_Link]:
+    async def _connect(self, address: Address) -> Optional[Link]:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(*address),
                                                     CONNECT_TIMEOUT_S)
@@ -172,7 +195,7 @@ class RoomClaims:
             logger.warning("room watch at %s:%d unreachable (%s); its requests go unclaimed",
                            address[0], address[1], exc)
             return None
-        self._links[address] = _Link(reader, writer, self._ping_s)
+        self._links[address] = Link(reader, writer, self._ping_s)
         return self._links[address]
 
     async def close(self) -> None:

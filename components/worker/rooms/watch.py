@@ -6,7 +6,9 @@ claim is released as gone, or whose connection drops or falls silent, ends: the 
 watching it (`watch`) is told at once, and a leg that arrives later finds it ended and computes
 nothing. The engine does not matter: the prefill handler aborts its engine request by rid.
 The other way, `deliver` sends a room's prompt logprobs to the connection that claimed it, and
-`leg_ended` tells it the room's prefill leg sent its last item.
+`leg_ended` tells it the room's prefill leg sent its last item, and a ``ProbeKV`` runs the
+engine's half of a KV path probe (`prober`, `components/worker/rooms/kv_probe.py`) and answers
+``KVProbed``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import Optional
+from typing import Awaitable, Callable, Optional
 
 import msgspec
 
 from protocol.room_watch import (
-    GONE, HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, LegEnded, Ping, PromptLogprobs, Release,
-    decode, frame, frame_length,
+    GONE, HEADER, MAX_LOGPROBS_FRAME_BYTES, Claim, KVProbed, LegEnded, ProbeKV, PromptLogprobs,
+    Release, ToPrefill, decode, frame, frame_length,
 )
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ MAX_CLAIMS_PER_CONNECTION = 1 << 16
 MAX_UNDELIVERED = 256
 DROPPED = "the decode worker's room-watch connection dropped"
 CLOSE_WAIT_S = 2.0  # for the connections' tasks to see their sockets closed
+# The engine's half of a KV path probe of a room: "" once through, else why it failed.
+Prober = Callable[[int], Awaitable[str]]
+NO_PROBER = "this prefill's engine runs no KV path probe over the room watch"
 
 
 class _Connection:
@@ -44,6 +49,7 @@ class _Connection:
         self.rooms: set[int] = set()
         self.writer = writer
         self.task = asyncio.current_task()  # the server's task serving it
+        self.probe: Optional[asyncio.Task[None]] = None  # one at a time per connection
 
 
 class RoomWatchServer:
@@ -64,6 +70,7 @@ class RoomWatchServer:
         # frames for rooms whose decode half has not claimed them yet, sent on its claim
         self._held: OrderedDict[int, list[bytes]] = OrderedDict()
         self._connections: set[_Connection] = set()
+        self.prober: Optional[Prober] = None  # set once the engine is up (rooms/wiring.py)
 
     async def start(self) -> None:
         try:
@@ -83,6 +90,8 @@ class RoomWatchServer:
             await self._server.wait_closed()
         conns = list(self._connections)  # each task discards its own as it ends
         for conn in conns:
+            if conn.probe is not None:
+                conn.probe.cancel()
             conn.writer.close()
         tasks = [conn.task for conn in conns if conn.task is not None]
         if tasks:
@@ -169,8 +178,10 @@ class RoomWatchServer:
             self._connections.discard(conn)
             self._dropped(conn)
 
-    def _on_message(self, conn: _Connection, msg: Claim | Release | Ping) -> None:
-        if isinstance(msg, Claim):
+    def _on_message(self, conn: _Connection, msg: ToPrefill) -> None:
+        if isinstance(msg, ProbeKV):
+            self._probe(conn, msg.room)
+        elif isinstance(msg, Claim):
             owner = self._claims.get(msg.room)
             if owner is None and msg.room not in self._ended \
                     and len(conn.rooms) < MAX_CLAIMS_PER_CONNECTION:
@@ -189,7 +200,20 @@ class RoomWatchServer:
             if msg.outcome in GONE:
                 self._end(msg)
 
+    def _probe(self, conn: _Connection, room: int) -> None:
+        if conn.probe is not None and not conn.probe.done():
+            conn.writer.write(frame(KVProbed(room, "a probe from this decode is under way")))
+            return
+        conn.probe = asyncio.ensure_future(self._run_probe(conn, room))
+
+    async def _run_probe(self, conn: _Connection, room: int) -> None:
+        error = await self.prober(room) if self.prober is not None else NO_PROBER
+        if not conn.writer.is_closing():
+            conn.writer.write(frame(KVProbed(room, error[:4096])))
+
     def _dropped(self, conn: _Connection) -> None:
+        if conn.probe is not None:
+            conn.probe.cancel()
         for room in conn.rooms:
             if self._claims.get(room) is conn:
                 del self._claims[room]

@@ -20,16 +20,31 @@ from components.worker.flags.config import WorkerConfig
 from components.worker.hosts import advertised_host
 from components.worker.rooms.claims import RoomClaims
 from components.worker.rooms.directory import RoomDirectory, room_watch_answer, room_watch_endpoint
+from components.worker.rooms.kv_probe import KVPathProbe, engine_prober
 from components.worker.rooms.watch import RoomWatchServer
 from components.worker.lifecycle.tokenizer_workers import engine_pid
 
 logger = logging.getLogger(__name__)
 
 
-async def start_room_watch(runtime: Any, config: WorkerConfig,
-                           bootstrap: tuple[str, int]) -> Optional[RoomWatchServer]:
+def kv_path_probe(config: WorkerConfig, engine: Any,
+                  rooms: Optional[RoomClaims]) -> Optional[KVPathProbe]:
+    """Decode: the probe its handler asks before a request uses a prefill's room, on an engine
+    whose transport does not check its own path (SGLang's NIXL connection; the CPU engine's
+    side channel probes). DYN_KV_PATH_PROBE=0 turns either off; a prefill answers probes
+    regardless, so the switch on one side never breaks a pair."""
+    from components.engine.disagg.transport.path_probe import probe_enabled
+
+    if rooms is None or config.backend.probes_own_kv_path or not probe_enabled():
+        return None
+    return KVPathProbe(engine, rooms)
+
+
+async def start_room_watch(runtime: Any, config: WorkerConfig, bootstrap: tuple[str, int],
+                           engine: Any) -> Optional[RoomWatchServer]:
     """Prefill: listen on the configured host (at --room-watch-port, a fixed port a firewall
-    between nodes can open; 0: a free one) and say where on `<component>.room_watch`."""
+    between nodes can open; 0: a free one) and say where on `<component>.room_watch`; run the
+    prefill's half of each KV path probe a decode asks for."""
     if not config.role.prefill or engine_pid() is not None:
         return None
     port = config.dynamo.room_watch_port
@@ -38,6 +53,8 @@ async def start_room_watch(runtime: Any, config: WorkerConfig,
         await server.start()
     except RuntimeError as exc:
         raise SystemExit(f"--room-watch-port {port}: {exc}") from None
+    if not config.backend.probes_own_kv_path:
+        server.prober = engine_prober(engine, bootstrap)
     watch = (advertised_host(config.host, config.backend), server.port)
     endpoint = runtime.endpoint(room_watch_endpoint(config.dynamo.endpoint))
     serving = asyncio.ensure_future(endpoint.serve_endpoint(room_watch_answer(bootstrap, watch)))

@@ -53,7 +53,7 @@ async def test_the_prefill_watches_on_the_given_port():
     port = free_port()
     runtime = FakeRuntime()
     config = parse_args([*PREFILL, "--room-watch-port", str(port)])
-    server = await start_room_watch(runtime, config, ("127.0.0.1", 8998))
+    server = await start_room_watch(runtime, config, ("127.0.0.1", 8998), None)
     try:
         assert server.port == port
         _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -70,4 +70,4 @@ async def test_a_port_in_use_stops_startup_naming_the_flag():
         port = taken.getsockname()[1]
         config = parse_args([*PREFILL, "--room-watch-port", str(port)])
         with pytest.raises(SystemExit, match=f"--room-watch-port {port}"):
-            await start_room_watch(FakeRuntime(), config, ("127.0.0.1", 8998))
+            await start_room_watch(FakeRuntime(), config, ("127.0.0.1", 8998), None)
