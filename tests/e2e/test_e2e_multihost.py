@@ -179,12 +179,13 @@ def test_cpu_broken_kv_path_is_reported_at_once_and_its_requests_get_503s(
         print(f"broken KV path: {first[0]} after {first[2]:.1f} s, then {second[0]} after "
               f"{second[2]:.2f} s")
         # The 1.6.1 frontend answers a worker's 503 with its own body; the why is in the log.
-        # The worker raised a 503 every time; the frontend passed it on, except once, on a
-        # loaded machine, as its generic 500 (backend_status 500), with the same worker log.
+        # The worker raised a 503 every time; the frontend passed it on, except on a loaded
+        # machine now and then as its generic 500 (backend_status 500), with the same worker log.
         assert first[0] in (503, 500), first
         assert first[2] < PROBE_TIMEOUT_S + 10
-        assert log_lines(stack.procs["decode"].log_path, "HTTP 503: engine unavailable")
-        assert second[0] == 503 and second[2] < 2.0, second
+        assert second[0] in (503, 500) and second[2] < 2.0, second  # at once
+        # Both were the worker's 503s (seen passed on as the frontend's 500 for either one).
+        assert len(log_lines(stack.procs["decode"].log_path, "HTTP 503: engine unavailable")) >= 2
         [line] = log_lines(stack.procs["decode"].log_path, "failed its check")[:1]
         for part in ("10.231.0.2", "notification", "UCX_PROTO_INFO=y", ADAPTIVE_PROGRESS_ENV):
             assert part in line, line

@@ -7,10 +7,11 @@ Tokens mode, frontend-orchestrated, every worker bound to its host's address: gr
 equals aggregated; clients that leave free both workers; a SIGKILLed prefill fails requests
 within a bound, and one restarted at the same address (host, bootstrap and room-watch ports)
 serves exactly again (the decode's SGLang keeps no stale peer state); a SIGKILLed decode
-restarted on its host with a UCX setting that cannot cross hosts fails its KV path probe (a 503
-within the probe's bound, then at once), and one restarted with UCX's defaults serves exactly
-again. Text mode, decode-orchestrated, on 0.0.0.0:
-exactness. Where namespaces cannot be made (not root, no ``ip``), the module skips saying why.
+restarted on its host serves exactly again; one restarted with a UCX setting that cannot cross
+hosts fails its KV path probe (a 503 within the probe's bound, then at once). Text mode,
+decode-orchestrated, on 0.0.0.0: exactness. Every disaggregated stack's first request passed
+the KV path probe. Where namespaces cannot be made (not root, no ``ip``), the module skips
+saying why.
 """
 
 from __future__ import annotations
@@ -94,11 +95,21 @@ def test_sglang_prefill_killed_then_restarted_at_the_same_address(sglang_tokens)
 
 
 def test_sglang_decode_killed_then_restarted_on_its_host(sglang_tokens):
-    """The decode comes back twice. First with a UCX setting that cannot cross hosts (tcp on
-    its own loopback only: the prefill's SGLang cannot reach the decode's NIXL agent, and
-    waits for it until its 300 s bootstrap timeout): the KV path probe fails, the first request
-    gets its 503 within the probe's bound, the next at once, and the decode's log names the
-    prefill, the probe and the setting. Then with UCX's defaults: exact again."""
+    replace_decode(sglang_tokens, "decode-2")
+    t0 = time.monotonic()
+    wait_until(lambda: serves(sglang_tokens, SGLANG), RETURN_S + 60,
+               "the restarted decode to serve", interval=0.5)
+    print(f"restarted decode served {time.monotonic() - t0:.1f} s after its start")
+    assert_exact(sglang_tokens, SGLANG)
+
+
+def test_sglang_broken_kv_path_is_reported_at_once_and_its_requests_get_503s(sglang_tokens):
+    """A decode restarted with a UCX setting that cannot cross hosts (tcp on its own loopback
+    only: the prefill's SGLang cannot reach the decode's NIXL agent, and would wait for it until
+    its 300 s bootstrap timeout): the KV path probe fails, the first request gets its 503 within
+    the probe's bound, the next at once, and the decode's log names the prefill, the probe and
+    the setting. Last on this stack: SGLang's prefill does not survive such a decode (its
+    bootstrap thread dies; docs/multi-host.md)."""
     replace_decode(sglang_tokens, "decode-broken", UCX_TLS="tcp", UCX_NET_DEVICES="lo")
     log = sglang_tokens.procs["decode"].log_path
     wait_until(lambda: log_lines(log, "worker ready"), RETURN_S + 60, "the decode to start")
@@ -113,19 +124,15 @@ def test_sglang_decode_killed_then_restarted_on_its_host(sglang_tokens):
     first, second = ask(), ask()
     print(f"broken KV path: {first[0]} after {first[1]:.1f} s, then {second[0]} after "
           f"{second[1]:.2f} s")
-    # The 1.6.1 frontend answers a worker's 503 with its own body; the why is in the log.
+    # The 1.6.1 frontend answers a worker's 503 with its own body, and on a loaded machine now
+    # and then as its generic 500; the why is in the worker's log, once per request.
     assert first[0] in (503, 500) and first[1] < PROBE_TIMEOUT_S + 10, first
-    assert second[0] == 503 and second[1] < 2.0, second
+    assert second[0] in (503, 500) and second[1] < 2.0, second  # at once
+    assert len(log_lines(log, "HTTP 503: the KV path from prefill")) >= 2
     [line] = log_lines(log, "failed its check")[:1]
     for part in ("10.231.0.2", "SGLang's NIXL connection", "UCX_NET_DEVICES=lo",
                  "UCX_PROTO_INFO=y"):
         assert part in line, line
-    replace_decode(sglang_tokens, "decode-2")
-    t0 = time.monotonic()
-    wait_until(lambda: serves(sglang_tokens, SGLANG), RETURN_S + 60,
-               "the restarted decode to serve", interval=0.5)
-    print(f"restarted decode served {time.monotonic() - t0:.1f} s after its start")
-    assert_exact(sglang_tokens, SGLANG)
 
 
 def replace_decode(stack, name: str, **env: str) -> None:

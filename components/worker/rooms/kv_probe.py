@@ -171,5 +171,6 @@ def broken_message(endpoint: Endpoint, what: str, retry_s: float) -> str:
             f"by NIXL over UCX ({ucx_settings()}): between hosts both workers need a transport "
             "they share (UCX_TLS unset or naming tcp or an RDMA device both have, "
             "UCX_NET_DEVICES an interface that reaches the other host); UCX_PROTO_INFO=y prints "
-            f"the transport taken. Requests for this prefill fail at once for {retry_s:g} s, "
-            "then it is probed again")
+            "the transport taken. A prefill whose log says 'bootstrap_thread died' serves no "
+            "decode any more (SGLang ends that thread on a decode it cannot reach): restart it. "
+            f"Requests for this prefill fail at once for {retry_s:g} s, then it is probed again")
