@@ -41,7 +41,7 @@ etcd:
 TEST_WORKERS ?= 2
 # The suite starts a few hundred Python processes that import the project's own modules. Where
 # PYTHONDONTWRITEBYTECODE is set (this machine's image sets it), none of them writes bytecode,
-# so each compiled the project again (about 0.5 s of CPU a worker process): compile it once
+# so each compiled the project again (0.2-0.5 s of CPU a worker process): compile it once
 # here; an edited file is recompiled in memory as usual.
 SOURCES := components handlers protocol harness tests benchmarks
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope
