@@ -231,8 +231,9 @@ class DecodeHandler(BaseHandler):
         prompt = DecodeSide(end.claim) if job.prompt_from_prefill else None
         leg = (PrefillLegEnd(end.claim, boot.bootstrap_room)
                if self._sent_rooms and int(job.sampling_params.get("n") or 1) > 1 else None)
-        if boot is not None and self.kv_paths is not None:  # the first room for a prefill waits
-            await guard.race(self.kv_paths.check(boot), self.config.first_token_timeout_s)
+        probing = self.kv_paths.check(boot) if boot is not None and self.kv_paths else None
+        if probing is not None:  # the first room for a prefill waits for its path's probe
+            await guard.race(probing, self.config.first_token_timeout_s)
         guard.check()
         stream = guard.stream = await self.engine.async_generate(
             input_ids=job.input_ids,

@@ -63,11 +63,11 @@ class PrefillClient(Protocol):
 
 
 class KVPaths(Protocol):
-    """The decode's KV path probe (components/worker/rooms/kv_probe.py): `check` returns once
-    the KV path to the room's prefill has moved a real transfer, and raises EngineUnavailable
-    (a 503 saying why) while it is broken."""
+    """The decode's KV path probe (components/worker/rooms/kv_probe.py): `check` gives None
+    once the KV path to the room's prefill has moved a real transfer, else the probe to await;
+    either raises EngineUnavailable (a 503 saying why) while the path is broken."""
 
-    async def check(self, boot: BootstrapInfo) -> None: ...
+    def check(self, boot: BootstrapInfo) -> "Optional[asyncio.Future[None]]": ...
 
 
 class RoomEnd(Protocol):

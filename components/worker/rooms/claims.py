@@ -68,9 +68,10 @@ class Link:
         ("" once through), or why none can come (the connection closed)."""
         answer = self.probes[room] = asyncio.get_running_loop().create_future()
         answer.add_done_callback(lambda _: self.probes.pop(room, None))
-        if not self.open:
+        if self.open:
+            self.send(ProbeKV(room))
+        else:
             answer.set_result("the room watch connection closed")
-        self.send(ProbeKV(room))
         return answer
 
     def released(self, room: int) -> None:

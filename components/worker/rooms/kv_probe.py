@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -32,8 +31,8 @@ from components.worker.rooms.claims import Link, RoomClaims
 from handlers.core.errors import EngineUnavailable, HandlerError
 from handlers.core.finish import map_finish_reason
 from handlers.core.live import new_rid
+from handlers.prefill import new_room
 from protocol.bootstrap import FAKE_BOOTSTRAP_HOST, BootstrapInfo
-from protocol.limits import MAX_BOOTSTRAP_ROOM
 
 logger = logging.getLogger(__name__)
 
@@ -109,21 +108,23 @@ class KVPathProbe:
         self._verdicts: dict[Endpoint, _Verdict] = {}
         self._probing: dict[Endpoint, asyncio.Future[_Verdict]] = {}
 
-    async def check(self, boot: BootstrapInfo) -> None:
-        """Return once the path to `boot`'s prefill is good; EngineUnavailable (a 503) when
-        it is broken. A canary's fake host moves no KV: nothing to check."""
+    def check(self, boot: BootstrapInfo) -> "Optional[asyncio.Future[None]]":
+        """None when the path to `boot`'s prefill is known good (no wait on the hot path);
+        EngineUnavailable (a 503) at once while it is known broken; else the probe to wait for,
+        which raises EngineUnavailable if the path fails. A canary's fake host moves no KV."""
         if boot.bootstrap_host == FAKE_BOOTSTRAP_HOST:
-            return
+            return None
         endpoint = (boot.bootstrap_host, boot.bootstrap_port)
         verdict = self._verdicts.get(endpoint)
-        if verdict is None or not self._current(verdict):
-            probing = self._probing.get(endpoint)
-            if probing is None:
-                probing = self._probing[endpoint] = asyncio.ensure_future(self._probe(endpoint))
-                probing.add_done_callback(lambda _: self._probing.pop(endpoint, None))
-            verdict = await asyncio.shield(probing)  # a waiter that leaves stops no probe
-        if verdict.failure:
-            raise EngineUnavailable(verdict.failure)
+        if verdict is not None and self._current(verdict):
+            if verdict.failure:
+                raise EngineUnavailable(verdict.failure)
+            return None
+        probing = self._probing.get(endpoint)
+        if probing is None:
+            probing = self._probing[endpoint] = asyncio.ensure_future(self._probe(endpoint))
+            probing.add_done_callback(lambda _: self._probing.pop(endpoint, None))
+        return asyncio.shield(probing)  # a waiter that leaves stops no probe
 
     def _current(self, verdict: _Verdict) -> bool:
         """Whether a verdict still stands: not once its connection dropped (a restarted
@@ -132,15 +133,14 @@ class KVPathProbe:
             return False
         return time.monotonic() < verdict.expires
 
-    async def _probe(self, endpoint: Endpoint) -> _Verdict:
+    async def _probe(self, endpoint: Endpoint) -> None:
         link = await self._claims.link(*endpoint)
         if link is None:  # the claims logged why; the room watch's guarantee is gone too
             logger.warning("KV path to prefill %s:%d not probed: its room watch is unreachable",
                            *endpoint)
-            verdict = self._verdicts[endpoint] = _Verdict(None,
-                                                          expires=time.monotonic() + self._retry_s)
-            return verdict
-        room = secrets.randbelow(MAX_BOOTSTRAP_ROOM) + 1
+            self._verdicts[endpoint] = _Verdict(None, expires=time.monotonic() + self._retry_s)
+            return
+        room = new_room()
         started = time.monotonic()
         prefill = link.probe(room)
         boot = BootstrapInfo(bootstrap_host=endpoint[0], bootstrap_port=endpoint[1],
@@ -155,14 +155,14 @@ class KVPathProbe:
                          (("its decode request", decode), ("the prefill's half", prefill_error))
                          if error)
         verdict = self._verdicts[endpoint] = _Verdict(link)
-        if what:
-            verdict.failure = broken_message(endpoint, what, self._retry_s)
-            verdict.expires = time.monotonic() + self._retry_s
-            logger.warning("%s", verdict.failure)
-        else:
+        if not what:
             logger.info("KV path from prefill %s:%d checked in %.2f s", *endpoint,
                         time.monotonic() - started)
-        return verdict
+            return
+        verdict.failure = broken_message(endpoint, what, self._retry_s)
+        verdict.expires = time.monotonic() + self._retry_s
+        logger.warning("%s", verdict.failure)
+        raise EngineUnavailable(verdict.failure)
 
 
 def broken_message(endpoint: Endpoint, what: str, retry_s: float) -> str:
