@@ -26,6 +26,8 @@ modules are adjusted right after they load.
   image processors at load time. The module's name is bound to the real class (transformers'
   own `models.auto.image_processing_auto`, which needs only PIL); a transformers that gives the
   real class (5.24, SGLang 0.5.23's) is left as it is.
+- `entrypoints.engine` and, in an engine's forkserver, `psutil` (with TEST_SGLANG_FORKSERVER
+  set): SGLang's subprocesses start from a forkserver (`sglang_cpu_forkserver.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import sys
 import types
 from collections.abc import Iterator
 from typing import Any, Callable
+
+import sglang_cpu_forkserver as forkserver
 
 _CONN = "sglang.srt.disaggregation.nixl.conn"
 _PREFILL = "sglang.srt.disaggregation.prefill"
@@ -118,8 +122,12 @@ def _no_patch(module: types.ModuleType) -> None:
 
 
 _PATCHES: dict[str, Callable[[types.ModuleType], None]] = {
-    _CONN: _patch_conn, _PREFILL: _patch_prefill, _CONFIG_UTILS: _patch_config_utils, **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
-    **({_NIXL_API: _patch_nixl_api} if os.environ.get(_NIXL_DELAY_ENV) else {})}
+    _CONN: _patch_conn, _PREFILL: _patch_prefill, _CONFIG_UTILS: _patch_config_utils,
+    **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
+    **({_NIXL_API: _patch_nixl_api} if os.environ.get(_NIXL_DELAY_ENV) else {}),
+    **({forkserver.ENGINE_MODULE: forkserver.patch_engine}
+       if os.environ.get(forkserver.ENABLE_ENV) == "1" else {}),
+    **({"psutil": forkserver.patch_psutil} if forkserver.is_engines_forkserver() else {})}
 
 
 @contextlib.contextmanager
