@@ -2,7 +2,7 @@
 (docs/reference/request-life.md).
 
 Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
-the loop) -> [disaggregated: ask prefill for a bootstrap room, bounded (`prefill_handoff.py`); or,
+the loop; `decode_job.py`) -> [disaggregated: ask prefill for a bootstrap room, bounded (`prefill_handoff.py`); or,
 frontend-orchestrated, take the room the frontend sent in `bootstrap_info`] -> own engine request
 with its own rid -> stream token deltas or chat chunks. A client stop aborts the engine request
 by rid at any point, also before the first token; a failed prefill aborts it and errors.
@@ -10,40 +10,26 @@ by rid at any point, also before the first token; a failed prefill aborts it and
 
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from handlers.core.base import (
     BaseHandler, Context, Engine, KVPaths, PrefillClient, RoomClaims,
 )
-from handlers.text.chat_outputs import ChoiceOutputs
-from handlers.text.chat_stream import ChatStream, asks_for
 from handlers.core.errors import EngineError, RequestError
-from handlers.disagg.frontend_disagg import SentRoom
-from handlers.disagg.half_end import HalfEnd, claim_boot
-from handlers.disagg.leg_end import PrefillLegEnd
 from handlers.core.guard import END, RequestGuard, Stopped, aclose, next_item
 from handlers.core.live import new_rid
 from handlers.core.outcome import Outcome, outcome_of
-from handlers.core.logprobs import (
-    ChatLogprobs, prefill_request_options, text_logprob_kwargs, tokens_logprob_kwargs,
-)
+from handlers.decode_job import Job, JobPreparer
+from handlers.disagg.frontend_disagg import SentRoom
+from handlers.disagg.half_end import HalfEnd, claim_boot
+from handlers.disagg.leg_end import PrefillLegEnd
 from handlers.disagg.orchestration import Orchestration
 from handlers.disagg.prefill_handoff import PrefillHandoff
-from handlers.disagg.prompt_logprobs import DecodeSide, decode_logprob_kwargs
-from handlers.core.routing import routing_kwargs
+from handlers.disagg.prompt_logprobs import DecodeSide
 from handlers.text.preprocess import Preprocessor
-from handlers.core.sampling import text_sampling_params, tokens_sampling_params
-from handlers.text.template_kwargs import check_template_kwargs
-from handlers.core.token_stream import TokenStream
-from handlers.text.tool_calls import ChatParsers, add_constraint, plan_output
-from handlers.core.unsupported import check_text_request, check_tokens_request
-from protocol.bootstrap import BootstrapInfo
-from protocol.chat import ChatCompletionRequest
-from protocol.preprocessed import PreprocessedRequest
-from protocol.validation import ModelT, ProtocolError, parse
+from handlers.text.tool_calls import ChatParsers
 
 logger = logging.getLogger(__name__)
 
@@ -61,19 +47,6 @@ class DecodeConfig:
     bootstrap_timeout_s: float = 30.0  # prefill's first item (the bootstrap room)
     first_token_timeout_s: float = 300.0  # queueing + prefill + KV transfer
     prefill_timeout_s: float = 600.0  # the prefill stream's whole life
-
-
-@dataclass
-class _Job:
-    input_ids: list[int]
-    sampling_params: dict[str, Any]
-    prefill_request: PreprocessedRequest
-    stream: Union[TokenStream, ChatStream]
-    boot: Optional[BootstrapInfo] = None  # the frontend's, when it orchestrates
-    # the engine's return_logprob, top_logprobs_num, ... and the routing hints
-    # (handlers/core/routing.py)
-    logprob_kwargs: dict[str, Any] = field(default_factory=dict)
-    prompt_from_prefill: bool = False  # disaggregated prompt logprobs (prompt_logprobs.py)
 
 
 class DecodeHandler(BaseHandler):
@@ -95,8 +68,7 @@ class DecodeHandler(BaseHandler):
             raise ValueError("Text mode (no skip_tokenizer_init) needs a preprocessor")
         self.config = config
         self.prefill_client = prefill_client
-        self.preprocessor = preprocessor
-        self.parsers = parsers  # Text mode: SGLang's tool-call / reasoning parsers, if set
+        self._jobs = JobPreparer(config, preprocessor, parsers)
         # Claims each request's room at its prefill, so the prefill stops as soon as this half
         # ends early (docs/reference/room-watch.md): as the request arrives when the
         # frontend orchestrates, once the prefill names the room when decode does.
@@ -108,7 +80,6 @@ class DecodeHandler(BaseHandler):
         if calls_prefill:
             self._handoff = PrefillHandoff(prefill_client, self.spawn,
                                            config.bootstrap_timeout_s, config.prefill_timeout_s)
-        self._chat_logprobs = ChatLogprobs(lambda: preprocessor.tokenizer)
 
     async def generate(
         self, request: dict[str, Any], context: Optional[Context] = None
@@ -117,7 +88,7 @@ class DecodeHandler(BaseHandler):
         sent = SentRoom(request) if self._sent_rooms else None
         end = HalfEnd(await claim_boot(self.rooms, sent.boot if sent is not None else None))
         try:
-            job = await self._prepare(request, context, sent)
+            job = await self._jobs.prepare(request, context, sent)
             guard = RequestGuard(self.engine, new_rid(), context, self.live)
             guard.start()
             try:
@@ -144,84 +115,10 @@ class DecodeHandler(BaseHandler):
             time.monotonic() - started,
         )
 
-    # --- preparing: validation, ids, sampling params --------------------------------------
-
-    async def _prepare(self, request: dict[str, Any], context: Optional[Context],
-                       sent: Optional[SentRoom]) -> _Job:
-        if self.config.skip_tokenizer_init:
-            job = self._prepare_tokens(request)
-        else:
-            job = await self._prepare_text(request, context)
-        if sent is not None:
-            job.boot = sent.required()
-        return job
-
-    def _prepare_tokens(self, request: dict[str, Any]) -> _Job:
-        req = _parse(PreprocessedRequest, request)
-        check_tokens_request(req)
-        self._check_prompt(req.token_ids, vocab_field="token_ids")
-        params = tokens_sampling_params(
-            req,
-            prompt_len=len(req.token_ids),
-            context_length=self.config.context_length,
-            skip_tokenizer_init=True,
-        )
-        logprobs, from_prefill = decode_logprob_kwargs(tokens_logprob_kwargs(req.output_options),
-                                                       self.config.orchestration.disaggregated)
-        return _Job(req.token_ids, params, req, TokenStream(req.output_options),
-                    logprob_kwargs={**logprobs,
-                                    **routing_kwargs(req.routing,
-                                                     self.config.orchestration.disaggregated)},
-                    prompt_from_prefill=from_prefill)
-
-    async def _prepare_text(self, request: dict[str, Any], context: Optional[Context]) -> _Job:
-        req = _parse(ChatCompletionRequest, request)
-        check_text_request(req)
-        logprobs = text_logprob_kwargs(req)
-        kwargs = req.template_kwargs()
-        if kwargs:
-            check_template_kwargs(kwargs, req.template_kwargs_field)
-        plan = plan_output(req, self.parsers, kwargs)
-        ids = req.prompt_token_ids
-        if ids is None:
-            ids = await self.preprocessor.chat_token_ids(req.template_messages(), kwargs,
-                                                         plan.template_tools)
-        # Our own tokenizer's ids need no vocabulary check; the client's do.
-        self._check_prompt(ids, vocab_field="nvext.token_data" if req.prompt_token_ids else None)
-        params = text_sampling_params(
-            req, prompt_len=len(ids), context_length=self.config.context_length
-        )
-        add_constraint(params, plan.constraint)
-        chunk_id = f"chatcmpl-{context.id() if context is not None else uuid.uuid4().hex}"
-        stream = ChatStream(chunk_id, req.model or self.config.served_model_name, req.wants_usage,
-                            req.wants_continuous_usage,
-                            self._chat_logprobs if logprobs else None,
-                            ChoiceOutputs(plan.new_parse, req.stream) if plan.new_parse else None,
-                            stop_reason=asks_for(req, "stop_reason"))
-        # model_construct: the ids come from our own tokenizer, no need to validate them again.
-        prefill = PreprocessedRequest.model_construct(
-            token_ids=ids, output_options=prefill_request_options(logprobs))
-        return _Job(ids, params, prefill, stream, logprob_kwargs=logprobs)
-
-    def _check_prompt(self, ids: list[int], vocab_field: Optional[str]) -> None:
-        limit = self.config.context_length
-        if len(ids) >= limit:
-            raise RequestError(
-                f"prompt is too long: {len(ids)} tokens, the model's context length is {limit} "
-                f"tokens (the prompt must leave room for at least one generated token)"
-            )
-        if vocab_field is not None and ids:
-            top = max(ids)
-            if top >= self.config.vocab_size:
-                raise RequestError(
-                    f"{vocab_field}[{ids.index(top)}]: token id {top} is out of vocabulary "
-                    f"(vocab size {self.config.vocab_size})"
-                )
-
     # --- running: engine stream, prefill hand-off ----------------------------------------
 
     async def _run(
-        self, job: _Job, guard: RequestGuard, context: Optional[Context], end: HalfEnd
+        self, job: Job, guard: RequestGuard, context: Optional[Context], end: HalfEnd
     ) -> AsyncIterator[dict[str, Any]]:
         boot = job.boot
         if self._handoff is not None:
@@ -267,10 +164,3 @@ class DecodeHandler(BaseHandler):
         tail = job.stream.close()
         if tail is not None:
             yield tail
-
-
-def _parse(model: type[ModelT], request: Any) -> ModelT:
-    try:
-        return parse(model, request)
-    except ProtocolError as exc:
-        raise RequestError(str(exc)) from None
