@@ -11,9 +11,7 @@ A room fails ``notif_grace`` (5 s) after the prefill's ``Written`` if the notifi
 come (``notif_lost_message``: peer and transport); without ``Written``, after
 ``transfer_timeout`` (``--cpu-transfer-timeout``, 30 s).
 
-A notification counts only if it comes from the agent the room's prefill named in its
-``Welcome`` (checked with the secret's HMAC when one is set); one that comes before the Welcome
-is kept with its room until the Welcome says whether it counts.
+Which NIXL notifications count: decode_notifs.py.
 """
 
 from __future__ import annotations
@@ -22,26 +20,25 @@ import logging
 import time
 from collections.abc import Callable
 
-import msgspec
-
 from components.engine.disagg.transport.auth import welcome_ok
 from components.engine.disagg.transport.bootstrap import Endpoint
 from components.engine.disagg.transport.bootstrap_client import BootstrapClient
-from components.engine.disagg.transport.decode_room import MAX_EARLY, DecodeRoom
+from components.engine.disagg.transport.decode_notifs import counts, note_written, read_notifs
+from components.engine.disagg.transport.decode_room import DecodeRoom
 from components.engine.disagg.transport.events import (
     HOLD_BACKSTOP_FACTOR, Event, FailureKind, KVArrived, RoomReleased, TransferFailed, abort_kind,
-    notif_grace, notif_lost_message,
+    notif_lost_message,
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.path_probe import DecodeProbes
 from components.engine.disagg.transport.peers import Throttle
 from components.engine.disagg.transport.runs import Run
 from protocol.kv_side_channel import (
-    MAX_NOTIF_BYTES, Abort, AbortAck, Holding, KVNotif, Probed, Refused, Register, Welcome,
-    Written, notif_decoder,
+    Abort, AbortAck, Holding, KVNotif, Probed, Refused, Register, Welcome, Written,
 )
 
 logger = logging.getLogger(__name__)
+
 
 class DecodeSide:
     def __init__(self, nixl: NixlEndpoint, client: BootstrapClient, transfer_timeout: float,
@@ -118,12 +115,7 @@ class DecodeSide:
     # --- inputs -------------------------------------------------------------------------------
     def on_message(self, endpoint: Endpoint, msg) -> None:
         if isinstance(msg, Written):
-            # A wake-up: the poll's progress() right after reads the notification. Should it
-            # never come (a transport that cannot deliver it), the room fails after the grace.
-            r = self._rooms.get(msg.room)
-            if r is not None and r.endpoint == endpoint and not r.releasing and not r.written:
-                r.written = time.monotonic()
-                r.deadline = min(r.deadline, r.written + notif_grace(self._transfer_timeout))
+            note_written(self._rooms.get(msg.room), endpoint, self._transfer_timeout)
             return
         if isinstance(msg, (Welcome, Refused)):
             self._on_greeting(endpoint, msg)
@@ -184,15 +176,7 @@ class DecodeSide:
             self._release(r)
 
     def progress(self, now: float) -> None:
-        for agent, raw in self._nixl.notifs():
-            try:
-                if len(raw) > MAX_NOTIF_BYTES:
-                    raise msgspec.DecodeError(f"{len(raw)} bytes is over the limit")
-                notif = notif_decoder.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                self._throttle.warn("notif", "dropped a malformed NIXL notification from %r: %s",
-                                    agent, exc)
-                continue
+        for agent, notif in read_notifs(self._nixl, self._throttle):
             r = self._rooms.get(notif.room)
             if r is not None:
                 self._on_notif(r, agent, notif)
@@ -200,38 +184,34 @@ class DecodeSide:
                 logger.debug("room %s: late KV notification ignored", notif.room)
         for endpoint, good in self._probes.settle(now, self._prefills):
             self._path_decided(endpoint, good)
-        for r in list(self._rooms.values()):
-            if r.deadline > now:
-                continue
-            if r.releasing:
-                logger.warning("room %s: prefill never acknowledged the abort; releasing "
-                               "after %g s", r.room, now - r.since)
-                if r.held:
-                    logger.error("room %s: releasing pages the prefill said a WRITE may still "
-                                 "reach, after %g s", r.room, now - r.since)
-                self._release(r)
-            elif r.written:
-                msg = notif_lost_message(r.endpoint, self._prefills.get(r.endpoint), r.room,
-                                         now - r.written)
-                logger.warning("room %s (rid %s): %s", r.room, r.rid, msg)
-                self._fail(r, msg, FailureKind.TIMED_OUT)
-            else:
-                msg = (f"timed out waiting for KV of room {r.room} from prefill "
-                       f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s")
-                self._fail(r, msg, FailureKind.TIMED_OUT)
+        for r in [r for r in self._rooms.values() if r.deadline <= now]:
+            self._expire(r, now)
+
+    def _expire(self, r: DecodeRoom, now: float) -> None:
+        """``r``'s deadline passed: release it (RELEASING) or fail it (WAITING)."""
+        if r.releasing:
+            logger.warning("room %s: prefill never acknowledged the abort; releasing "
+                           "after %g s", r.room, now - r.since)
+            if r.held:
+                logger.error("room %s: releasing pages the prefill said a WRITE may still "
+                             "reach, after %g s", r.room, now - r.since)
+            self._release(r)
+        elif r.written:
+            msg = notif_lost_message(r.endpoint, self._prefills.get(r.endpoint), r.room,
+                                     now - r.written)
+            logger.warning("room %s (rid %s): %s", r.room, r.rid, msg)
+            self._fail(r, msg, FailureKind.TIMED_OUT)
+        else:
+            self._fail(r, f"timed out waiting for KV of room {r.room} from prefill "
+                          f"{r.endpoint[0]}:{r.endpoint[1]} after {self._transfer_timeout:g} s",
+                       FailureKind.TIMED_OUT)
 
     def _on_notif(self, r: DecodeRoom, agent: str, notif: KVNotif) -> None:
-        owner = self._prefills.get(r.endpoint)
-        if owner is None:  # the Welcome naming the owner is still on its way
-            if len(r.early) < MAX_EARLY:
-                r.early.append((agent, notif))
+        if not counts(r, agent, notif, self._prefills.get(r.endpoint), self._throttle):
             return
-        if agent != owner:
-            self._throttle.warn("notif-agent", "room %s: ignored a KV notification from agent %r; "
-                                "the room's prefill is %r", r.room, agent, owner)
-        elif r.room not in self._rooms:
+        if r.room not in self._rooms:
             return  # an earlier notification of the batch already ended it
-        elif r.releasing:
+        if r.releasing:
             # The notification follows the data: the WRITE is over, the pages are free.
             self._release(r)
         else:
