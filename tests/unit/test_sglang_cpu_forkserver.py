@@ -80,8 +80,13 @@ def test_the_patch_keeps_sglangs_launch_and_sets_the_forkserver_after_it():
 
 
 def test_a_process_that_is_not_an_engines_forkserver_is_left_alone(monkeypatch):
+    server = [sys.executable, "-B", "-c", "from multiprocessing.forkserver import main; main()"]
+    monkeypatch.setattr(sys, "orig_argv", server)
     monkeypatch.setenv("TEST_SGLANG_ENGINE_PID", str(os.getpid()))  # we are not our own child
     assert not forkserver.is_engines_forkserver()
     monkeypatch.setenv("TEST_SGLANG_ENGINE_PID", str(os.getppid()))
     assert forkserver.is_engines_forkserver()
+    # Another child of the engine (the worker's attached processes inherit the variable)
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "components"])
+    assert not forkserver.is_engines_forkserver()
     assert Path(forkserver.__file__).parent == SGLANG_CPU_PATH

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import types
 from typing import Any
 
@@ -39,9 +40,12 @@ def patch_engine(module: types.ModuleType) -> None:
 
 
 def is_engines_forkserver() -> bool:
-    """This process is the forkserver an engine started (its parent set the variable)."""
+    """This process is the forkserver an engine started: its parent set the variable, and it
+    runs multiprocessing's forkserver (not, say, a process the engine's worker started)."""
     engine_pid = os.environ.get(_ENGINE_PID_ENV, "")
-    return engine_pid.isdigit() and os.getppid() == int(engine_pid)
+    command = " ".join(getattr(sys, "orig_argv", ()))
+    return (engine_pid.isdigit() and os.getppid() == int(engine_pid)
+            and "multiprocessing.forkserver import main" in command)
 
 
 def patch_psutil(module: types.ModuleType) -> None:
