@@ -13,6 +13,7 @@ CPU path), aggregated, Tokens mode.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
@@ -40,6 +41,17 @@ def stack(tmp_path_factory, tiny_model_path):
     stack.stop()
 
 
+def sglang_processes(pid: int) -> list[psutil.Process]:
+    """SGLang's scheduler and detokenizer under the worker: they name themselves "sglang::...",
+    whether spawned by the worker or forked by a forkserver (the suite's, tests/conftest.py)."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.name().startswith("sglang::"):
+                found.append(child)
+    return found
+
+
 def start(stack: Stack, engine: str, name: str, *extra: str, **env: str):
     return start_alone(stack, name, *ENGINES[engine], *extra, engine=engine, env=env)
 
@@ -51,8 +63,8 @@ def test_sigterm_while_the_engine_loads_exits_zero_having_registered_nothing(sta
     wait_until(lambda: f"starting {engine} engine" in proc.log_text(), 60,
                "the engine build to begin", interval=0.02)
     children = [] if engine == "cpu" else wait_until(
-        lambda: psutil.Process(proc.popen.pid).children(recursive=True), 60,
-        "SGLang's scheduler process", interval=0.05)
+        lambda: sglang_processes(proc.popen.pid), 60, "SGLang's scheduler process",
+        interval=0.05)
     proc.popen.send_signal(signal.SIGTERM)  # the worker alone, as Kubernetes signals PID 1
     started = time.monotonic()
     code = proc.reap(EXIT_BOUND_S)
