@@ -45,10 +45,13 @@ TEST_WORKERS ?= 2
 # here; an edited file is recompiled in memory as usual.
 SOURCES := components handlers protocol harness tests benchmarks
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope
+# The files with sglang_core tests: collecting only them, not the whole suite, saves each of the
+# 0.5.21 run's processes about 12 s here.
+SGLANG_CORE_FILES = $(shell grep -rl --include='test_*.py' sglang_core tests)
 test: install install-sglang-0.5.21
 	$(PY) -m compileall -q $(SOURCES)
 	$(PY) -m pytest $(PARALLEL)
-	$(SGL21_PY) -m pytest -m sglang_core -p no:cacheprovider $(PARALLEL)
+	$(SGL21_PY) -m pytest -m sglang_core -p no:cacheprovider $(PARALLEL) $(SGLANG_CORE_FILES)
 
 # SGLang 0.5.21 (Dynamo 1.6.1's own: its sglang-runtime image and `ai-dynamo[sglang]==1.6.1`)
 # with NIXL 1.5.0 and 0.5.21's transformers/tokenizers pins, as an overlay on .venv: its own
