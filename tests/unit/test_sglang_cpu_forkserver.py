@@ -5,6 +5,7 @@ as under `spawn`."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -17,8 +18,12 @@ import psutil
 
 from harness.topology import REPO, SGLANG_CPU_PATH
 
-sys.path.insert(0, str(SGLANG_CPU_PATH))
-import sglang_cpu_forkserver as forkserver  # noqa: E402 (a test-only module off the path)
+# Loaded from its file: putting its folder on this process's path would also expose the
+# stand-ins there (sgl_kernel, torchvision) to every other test in the process.
+_SPEC = importlib.util.spec_from_file_location("sglang_cpu_forkserver",
+                                               SGLANG_CPU_PATH / "sglang_cpu_forkserver.py")
+forkserver = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(forkserver)
 
 # The engine: SGLang's launch (`_set_envs_and_config` sets spawn), patched, then a child from the
 # forkserver that reports what it sees. psutil is the forkserver's preload here instead of
