@@ -62,3 +62,14 @@ LOGPROBS = """\
 without, same prompts, arms alternated per repetition. The cost is each step's `log_softmax` +
 `topk` for the rows that asked and the per-chunk tuples (components/engine/output/logprobs.py).
 """
+
+MULTI_TURN = """\
+`benchmarks/bench_multi_turn.py`: multi-turn chats that resend their whole history each turn
+(an agent-like workload), `small` model, CPU engine, Tokens mode. Two stacks run side by side:
+disaggregated (frontend, prefill and decode, frontend-orchestrated) and aggregated. Every turn
+adds a 60-word user message to the last answer (32 tokens); 3 conversations of 6 turns go one
+request at a time, the arms alternating. "KV bytes" is the prefill's `kv_transfer_bytes`
+counter's growth over the turn. "Of it, the last turn's KV" is the share of those bytes that the
+decode had already received or computed while it served the previous turn: the last prompt and
+its answer. The decode keeps no prefix cache today, so it receives them again.
+"""

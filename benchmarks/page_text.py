@@ -2,7 +2,8 @@
 
 from benchmarks.page_aiperf import AIPERF
 from benchmarks.page_features import (
-    CHOICES, CHOICES_SGLANG, CONSTRAINED, KV_ROUTING, KV_ROUTING_DISAGG, LOGPROBS, PREFIX_CACHE,
+    CHOICES, CHOICES_SGLANG, CONSTRAINED, KV_ROUTING, KV_ROUTING_DISAGG, LOGPROBS, MULTI_TURN,
+    PREFIX_CACHE,
 )
 
 
@@ -255,6 +256,7 @@ SECTIONS = [
     ("bench_logprobs", "Logprobs: decode with top-5 logprobs vs without", LOGPROBS),
     ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",
      PREFIX_CACHE),
+    ("multi_turn", "Multi-turn chats, disaggregated: the KV each turn sends again", MULTI_TURN),
     ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),
     ("bench_kv_routing_disagg", "KV-aware routing vs round-robin, disaggregated: which prefill "
      "worker (TTFT)", KV_ROUTING_DISAGG),

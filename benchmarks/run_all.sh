@@ -48,6 +48,7 @@ if [[ $QUICK == 1 ]]; then
     TOKEN_CPU_ARGS=(--quick)
     IDLE_ARGS=(--window 5 --arms cpu,floor)
     PREFIX_ARGS=(--runs 1)
+    MULTI_TURN_ARGS=(--conversations 1 --turns 3)
     KV_ROUTING_ARGS=(--runs 1 --prefixes 4)
     # aiperf's size knob: measured requests per aiperf run (BENCH_AIPERF_REQUESTS).
     AIPERF_ARGS=(--runs 1 --requests "${BENCH_AIPERF_REQUESTS:-16}")
@@ -70,6 +71,7 @@ else
     TOKEN_CPU_ARGS=(--runs 3 --requests-per-client 3)
     IDLE_ARGS=(--window 12)
     PREFIX_ARGS=(--runs 3)
+    MULTI_TURN_ARGS=(--conversations 3 --turns 6)
     KV_ROUTING_ARGS=(--runs 3 --prefixes 4)
     AIPERF_ARGS=(--runs 3 --requests "${BENCH_AIPERF_REQUESTS:-64}")
     PREFILL_HANDLER_ARGS=(--rounds 6)
@@ -111,6 +113,8 @@ run bench_choices_sglang bench_choices_sglang "${CHOICES_SGLANG_ARGS[@]}"
 run tokenizer_workers bench_tokenizer_workers "${TW_ARGS[@]}"
 run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
 run bench_prefix_cache bench_prefix_cache "${PREFIX_ARGS[@]}"
+# Multi-turn chats resending their history: the KV each disaggregated turn sends again.
+run multi_turn bench_multi_turn "${MULTI_TURN_ARGS[@]}"
 # Both arms, aggregated and disaggregated (bench_kv_routing.json, bench_kv_routing_disagg.json).
 run bench_kv_routing bench_kv_routing "${KV_ROUTING_ARGS[@]}"
 
