@@ -184,8 +184,12 @@ def test_cpu_broken_kv_path_is_reported_at_once_and_its_requests_get_503s(
         assert first[0] in (503, 500), first
         assert first[2] < PROBE_TIMEOUT_S + 10
         assert second[0] in (503, 500) and second[2] < 2.0, second  # at once
-        # Both were the worker's 503s (seen passed on as the frontend's 500 for either one).
-        assert len(log_lines(stack.procs["decode"].log_path, "HTTP 503: engine unavailable")) >= 2
+        # Both requests' rooms failed at the decode for the broken path (its log, once per
+        # room, before either answer). Which answer reaches the frontend first varies: the
+        # decode's 503, or the prefill's error for the room the decode aborted (seen under load;
+        # the frontend then answers its generic 500 and cancels the decode's stream).
+        failed = log_lines(stack.procs["decode"].log_path, "failed: the KV path from prefill")
+        assert len(failed) >= 2, failed
         [line] = log_lines(stack.procs["decode"].log_path, "failed its check")[:1]
         for part in ("10.231.0.2", "notification", "UCX_PROTO_INFO=y", ADAPTIVE_PROGRESS_ENV):
             assert part in line, line
