@@ -98,16 +98,15 @@ async def run(args: argparse.Namespace, stacks: dict[str, Stack], model: str) ->
                 row = {"conversation": conv, "turn": turn, "decode_held_tokens": held}
                 for arm in ARMS:
                     history[arm].append({"role": "user", "content": message})
-                    before = kv_bytes(stacks[arm]) if arm == "disagg" else 0.0
+                    before = kv_bytes(stacks["disagg"]) if arm == "disagg" else 0.0
                     got = await chat_turn(http, stacks[arm], model, history[arm],
                                           args.output_len)
-                    if arm == "disagg":
-                        row["kv_bytes"] = kv_bytes(stacks[arm]) - before
                     history[arm].append({"role": "assistant", "content": got["text"]})
                     row[f"{arm}_ttft_ms"] = got["ttft_ms"]
-                    row[f"{arm}_completion_tokens"] = got["completion_tokens"]
-                    row["prompt_tokens"] = got["prompt_tokens"]
-                held = row["prompt_tokens"] + row["disagg_completion_tokens"]
+                    if arm == "disagg":  # the arm whose KV moves: its prompt, answer and bytes
+                        row["kv_bytes"] = kv_bytes(stacks["disagg"]) - before
+                        row["prompt_tokens"] = got["prompt_tokens"]
+                        held = got["prompt_tokens"] + got["completion_tokens"]
                 rows.append(row)
     return rows
 

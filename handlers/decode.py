@@ -2,8 +2,9 @@
 (docs/reference/request-life.md).
 
 Validate -> sampling params -> input ids (Tokens: as sent; Text: template + tokenize once, off
-the loop; `decode_job.py`) -> [disaggregated: ask prefill for a bootstrap room, bounded (`prefill_handoff.py`); or,
-frontend-orchestrated, take the room the frontend sent in `bootstrap_info`] -> own engine request
+the loop; `decode_job.py`) -> [disaggregated: ask prefill for a bootstrap room, bounded
+(`prefill_handoff.py`); or, frontend-orchestrated, take the room the frontend sent in
+`bootstrap_info`] -> own engine request
 with its own rid -> stream token deltas or chat chunks. A client stop aborts the engine request
 by rid at any point, also before the first token; a failed prefill aborts it and errors.
 """
