@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -95,16 +96,24 @@ def wait_ready(stack: Stack, served: str) -> None:
     """The model is listed once one worker registered; both must be up (their debug routes
     exist once their engines are built) before a test counts on either."""
     stack.wait_ready(served)
-    wait_until(lambda: prefix_cache_stats(stack), READY_TIMEOUT_S,
+    wait_until(lambda: _alive_then(stack, lambda: prefix_cache_stats(stack)), READY_TIMEOUT_S,
                f"both workers' /engine/prefix_cache on {stack.url}", interval=0.5)
 
 
 def wait_ready_disagg(stack: Stack, served: str) -> None:
     """Every worker's debug routes answer (engines built), then one request goes through: the
     frontend lists the model once decode registers, but serves it only with a prefill too."""
-    wait_until(lambda: prefix_cache_stats(stack, (*PREFILLS, DECODE)), READY_TIMEOUT_S,
+    wait_until(lambda: _alive_then(stack, lambda: prefix_cache_stats(stack, (*PREFILLS, DECODE))),
+               READY_TIMEOUT_S,
                f"every worker's /engine/prefix_cache on {stack.url}", interval=0.5)
     stack.wait_ready(served, probe=True)
+
+
+def _alive_then(stack: Stack, probe: Callable[[], Any]) -> Any:
+    """`probe()`, after checking that no process exited: a worker that failed to start fails
+    the wait at once, with its output, instead of at the timeout."""
+    stack.check_alive()
+    return probe()
 
 
 def prefill_requests(stack: Stack) -> dict[str, float]:

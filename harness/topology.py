@@ -78,12 +78,23 @@ PORT_RANGE = _worker_range(*hosts.SAFE_PORT_RANGE, os.environ.get("PYTEST_XDIST_
                            os.environ.get("PYTEST_XDIST_WORKER_COUNT", ""))
 
 
+# Every port handed out by this process. A port is free when picked but bound only once its
+# process is up (seconds later): picked again meanwhile, two processes would get it (seen: two
+# prefill workers' bootstrap ports, "Address already in use").
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    return hosts.free_port_in(HOST, *PORT_RANGE)
+    for _ in range(100):
+        port = hosts.free_port_in(HOST, *PORT_RANGE)
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no port in {PORT_RANGE} left that this process has not handed out")
 
 
 def free_system_port() -> int:  # Dynamo's system ports must lie in SAFE_PORT_RANGE too
-    return hosts.free_port_in(HOST, *PORT_RANGE)
+    return free_port()
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
