@@ -200,6 +200,10 @@ def test_sglang_engine_serves_from_two_processes(sglang_stack):
     assert os.path.exists(f"/proc/{child}")
 
 
+# Waits for the streams to be in flight: not bounds the tests assert. A busy 2-core box (the
+# suite runs two test processes) has taken over 10 s to get both 1,900-token streams there.
+READY_S = 60.0
+
 def long_streams_one_per_process(stack: Stack, pids: list[int],
                                  scope: contextlib.ExitStack) -> list[Iterator[str]]:
     """Two long streams in flight, one in each process (the frontend's round robin): their
@@ -211,7 +215,7 @@ def long_streams_one_per_process(stack: Stack, pids: list[int],
         "POST", url, json=long)) for _ in pids]
     lines = [first_event(r) for r in responses]
     ports = [stack.procs["sglang"].system_port] + [system_port_of(p) for p in pids[1:]]
-    wait_until(lambda: [in_flight(port) for port in ports] == [1] * len(ports), 10,
+    wait_until(lambda: [in_flight(port) for port in ports] == [1] * len(ports), READY_S,
                "one stream in each process's engine")
     return lines
 
@@ -239,7 +243,7 @@ def test_sglang_a_killed_attached_process_requests_are_aborted_in_the_engine(sgl
     [child] = attached_pids(engine_pid)
     with contextlib.ExitStack() as scope:
         held = long_streams_one_per_process(stack, [engine_pid, child], scope)
-        wait_until(lambda: scheduler_requests(stack) == 2, 10, "both in SGLang's scheduler")
+        wait_until(lambda: scheduler_requests(stack) == 2, READY_S, "both in SGLang's scheduler")
         os.kill(child, signal.SIGKILL)
         killed = time.monotonic()
         # The killed process's request leaves the scheduler; the engine process's goes on.

@@ -105,7 +105,10 @@ async def test_decode_abort_while_waiting_for_kv(prefill, decode):
     decode.tokenizer_manager.abort_request("d-wait")
     chunks = await asyncio.wait_for(reading, 5)
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "abort"
-    # The prefill learns the room was given up: its request ends fast, not after its timeout.
+    # The decode frees the pages once the prefill acknowledged the abort: from then on the
+    # prefill knows the room was given up (before, a busy box could let the prefill compute
+    # and WRITE it first). Its request ends fast, not after its timeout.
+    await wait_until(lambda: decode.kv_pages_in_use() == 0, what="the prefill acknowledged")
     t0 = time.monotonic()
     p = await asyncio.wait_for(prefill.final(input_ids=ids, sampling_params=GREEDY, **b), 10)
     assert p["meta_info"]["finish_reason"]["type"] == "abort"
