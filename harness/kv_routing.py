@@ -46,7 +46,7 @@ def start_kv_routed(workdir: Path, model_path: str, served: str, router_mode: st
     `wait` is False. On a failed start the logs are printed and the stack stopped."""
     _check_mode(router_mode)
     stack = Stack(workdir, model_path, namespace=namespace)
-    with _stopped_on_failure(stack, "the KV-routed stack"):
+    with stopped_on_failure(stack, "the KV-routed stack"):
         stack.start_frontend("--router-mode", router_mode)
         for name in WORKERS:
             stack.start_worker(name, "null", served, *engine_args,
@@ -64,7 +64,7 @@ def start_kv_routed_disagg(workdir: Path, model_path: str, served: str, router_m
     _check_mode(router_mode)
     stack = Stack(workdir, model_path, namespace=namespace)
     disagg = ("--disagg-orchestrator", "frontend", "--disaggregation-transfer-backend", "nixl")
-    with _stopped_on_failure(stack, "the KV-routed disaggregated stack"):
+    with stopped_on_failure(stack, "the KV-routed disaggregated stack"):
         stack.start_frontend("--router-mode", router_mode)
         for name in PREFILLS:  # default endpoints: $DYN_NAMESPACE.prefill / .backend
             stack.start_worker(name, "prefill", served, *engine_args, *disagg,
@@ -77,7 +77,7 @@ def start_kv_routed_disagg(workdir: Path, model_path: str, served: str, router_m
 
 
 @contextlib.contextmanager
-def _stopped_on_failure(stack: Stack, what: str) -> Iterator[None]:
+def stopped_on_failure(stack: Stack, what: str) -> Iterator[None]:
     """A failed start logs the processes' output and stops what did start."""
     try:
         yield
@@ -96,31 +96,32 @@ def wait_ready(stack: Stack, served: str) -> None:
     """The model is listed once one worker registered; both must be up (their debug routes
     exist once their engines are built) before a test counts on either."""
     stack.wait_ready(served)
-    wait_until(lambda: _alive_then(stack, lambda: prefix_cache_stats(stack)), READY_TIMEOUT_S,
+    wait_until(lambda: alive_then(stack, lambda: prefix_cache_stats(stack)), READY_TIMEOUT_S,
                f"both workers' /engine/prefix_cache on {stack.url}", interval=0.5)
 
 
 def wait_ready_disagg(stack: Stack, served: str) -> None:
     """Every worker's debug routes answer (engines built), then one request goes through: the
     frontend lists the model once decode registers, but serves it only with a prefill too."""
-    wait_until(lambda: _alive_then(stack, lambda: prefix_cache_stats(stack, (*PREFILLS, DECODE))),
+    wait_until(lambda: alive_then(stack, lambda: prefix_cache_stats(stack, (*PREFILLS, DECODE))),
                READY_TIMEOUT_S,
                f"every worker's /engine/prefix_cache on {stack.url}", interval=0.5)
     stack.wait_ready(served, probe=True)
 
 
-def _alive_then(stack: Stack, probe: Callable[[], Any]) -> Any:
+def alive_then(stack: Stack, probe: Callable[[], Any]) -> Any:
     """`probe()`, after checking that no process exited: a worker that failed to start fails
     the wait at once, with its output, instead of at the timeout."""
     stack.check_alive()
     return probe()
 
 
-def prefill_requests(stack: Stack) -> dict[str, float]:
-    """Per prefill worker: requests its `generate` endpoint has taken (Dynamo's own counter on
-    its system port's /metrics), which tells which prefill served a request on either engine."""
+def prefill_requests(stack: Stack, names: tuple[str, ...] = PREFILLS) -> dict[str, float]:
+    """Per prefill worker (or the workers `names`): requests its `generate` endpoint has taken
+    (Dynamo's own counter on its system port's /metrics), which tells which worker served a
+    request on either engine."""
     out = {}
-    for name in PREFILLS:
+    for name in names:
         text = httpx.get(f"http://{HOST}:{stack.procs[name].system_port}/metrics",
                          timeout=5).text
         out[name] = sum(s.value for family in text_string_to_metric_families(text)

@@ -20,6 +20,7 @@ from components.engine.disagg.transport import (
 )
 
 LAYERS, KV_HEADS, HEAD_DIM, PAGES, PAGE_SIZE = 2, 2, 16, 128, 16
+HELD = 7.0  # what a decode side holds in the tokens it does not register
 
 
 def expected_kv(room: int, tokens: int) -> torch.Tensor:
@@ -53,12 +54,17 @@ class TransportSide:
     def add_prefill(self, room: int, tokens: int, first_token: int) -> None:
         runs = self._take(room, tokens)
         self._region(room).copy_(expected_kv(room, tokens))
-        self.transport.add_prefill(room, runs, first_token, f"rid-{room}")
+        self.transport.add_prefill(room, runs, first_token, f"rid-{room}", tokens=tokens)
 
-    def add_decode(self, room: int, host: str, port: int, tokens: int) -> None:
-        runs = self._take(room, tokens)
+    def add_decode(self, room: int, host: str, port: int, tokens: int, skip: int = 0) -> None:
+        """``skip``: the first tokens this side already holds (filled with ``HELD``): it
+        registers only the rest."""
+        self._take(room, tokens)
         self._region(room).zero_()
-        self.transport.add_decode(room, host, port, runs, f"rid-{room}")
+        self._region(room)[:, :, :, :skip] = HELD
+        run, _ = self.held[room]
+        self.transport.add_decode(room, host, port, self.pool.token_runs(run, tokens, skip),
+                                  f"rid-{room}", skip)
 
     def check(self, room: int) -> bool:
         return torch.equal(self._region(room), expected_kv(room, self.held[room][1]))

@@ -106,10 +106,15 @@ class Hello(msgspec.Struct, tag="hello", frozen=True, forbid_unknown_fields=True
     probe_base: Address = 0  # the decode's probe buffer (PROBE_SLOTS * PROBE_BYTES): 0, none
 
 
-class Register(msgspec.Struct, tag="register", frozen=True, forbid_unknown_fields=True):
+class Register(msgspec.Struct, tag="register", frozen=True, forbid_unknown_fields=True,
+               omit_defaults=True):
+    # omit_defaults: a Register without skip_tokens reads the same as before it existed
     room: Room
     agent_name: AgentName
     runs: Runs
+    # The prompt's first tokens the decode already holds (its prefix cache): ``runs`` cover the
+    # rest, and the prefill WRITEs only that.
+    skip_tokens: Count = 0
 
 
 class Abort(msgspec.Struct, tag="abort", frozen=True, forbid_unknown_fields=True):

@@ -86,6 +86,9 @@ def add_cpu_engine_flags(parser: argparse.ArgumentParser) -> None:
                    help="run prefill chunks and the running rows' decode in one forward")
     g.add_argument("--disable-radix-cache", action="store_true",
                    help="do not keep finished requests' KV to serve repeated prefixes")
+    g.add_argument("--disaggregation-decode-enable-radix-cache", action="store_true",
+                   help="a decode engine keeps a prefix cache: the prefill sends only the KV of "
+                        "the prompt tokens it lacks")
     g.add_argument("--constrained-json-disable-any-whitespace", action="store_true",
                    help="structured output: compact JSON, no whitespace between tokens")
     g.add_argument("--constrained-json-max-whitespace-cnt", type=int, default=None,
@@ -144,6 +147,7 @@ def engine_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     if _DTYPES[ns.dtype] is not None:
         kwargs["dtype"] = _DTYPES[ns.dtype]
     for flag in ("enable_mixed_chunk", "disable_radix_cache",
+                 "disaggregation_decode_enable_radix_cache",
                  "constrained_json_disable_any_whitespace"):
         if getattr(ns, flag):
             kwargs[flag] = True

@@ -69,6 +69,10 @@ class EngineConfig:
     enable_mixed_chunk: bool = False
     # SGLang's radix cache is on by default; this flag turns the prefix cache off.
     disable_radix_cache: bool = False
+    # SGLang's flag: a decode engine keeps a prefix cache too (off by default, as in SGLang).
+    # The prompt's first tokens it holds are copied from there, and the prefill WRITEs only the
+    # rest: a conversation's next turn on the same decode moves only its new tokens.
+    disaggregation_decode_enable_radix_cache: bool = False
     # Shared secret of the KV side channel (HMAC of each peer's Hello); the same on every prefill
     # and decode. None: peers are not authenticated (fine while the bootstrap server listens on
     # loopback or a private network).
@@ -127,6 +131,7 @@ class EngineConfig:
             _require_int_range("constrained_json_max_whitespace_cnt",
                                self.constrained_json_max_whitespace_cnt, 0, 1 << 20)
         for name in ("enable_mixed_chunk", "disable_radix_cache",
+                     "disaggregation_decode_enable_radix_cache",
                      "constrained_json_disable_any_whitespace"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")

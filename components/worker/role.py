@@ -51,6 +51,9 @@ class WorkerRole:
     mode: WorkerMode
     orchestrator: Orchestrator
     skip_tokenizer_init: bool  # Tokens mode: the frontend tokenizes; else Text mode
+    # A decode worker whose engine keeps a prefix cache (SGLang's
+    # --disaggregation-decode-enable-radix-cache): its prefill sends only what the cache lacks.
+    decode_cache: bool = False
 
     def __post_init__(self) -> None:
         # The frontend's prefill router runs in its preprocessing pipeline, which a Text-mode

@@ -73,9 +73,11 @@ def build_parts(cfg: EngineConfig, make_coordinator: MakeCoordinator) -> EngineP
     sched_cfg = SchedulerConfig(cfg.max_running_requests, cfg.max_prefill_tokens,
                                 cfg.chunked_prefill_size, cfg.enable_mixed_chunk)
     limits = Limits(runner.vocab_size, context, pool.num_tokens, mode)
-    cache = None
-    if not cfg.disable_radix_cache and mode != DisaggregationMode.DECODE:
-        cache = PrefixCache(pool)  # decode engines receive every page from the prefill
+    # As SGLang: a decode engine has a prefix cache only with its own flag, which wins over
+    # --disable-radix-cache (SGLang's PD hook sets disable_radix_cache=False for it).
+    wants_cache = (cfg.disaggregation_decode_enable_radix_cache
+                   if mode == DisaggregationMode.DECODE else not cfg.disable_radix_cache)
+    cache = PrefixCache(pool) if wants_cache else None
     sched = Scheduler(sched_cfg, limits, pool, processor, tokenizer, disagg, cache)
     port = disagg.bootstrap_port if disagg is not None else None
     info = EngineInfo(runner.vocab_size, context, pool.num_pages, cfg.page_size,

@@ -136,6 +136,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             if self._mode == DisaggregationMode.DECODE:
+                if self.cache is not None:  # the prefill sends only what the cache lacks
+                    seq.prefilled = self.cache.reuse(seq.input_ids, seq.start_tok)
                 self._apply(self.disagg.admit(seq))  # the prefill engine computes the prompt
                 continue
             seq.status = Status.PREFILLING
@@ -212,7 +214,7 @@ class Scheduler:
         (n > 1, forked off it now) continue from their own first token."""
         firsts = [(action.first_token, action.logprob), *action.choices]
         for seq in adopt_group(self.pool, action.seq):
-            seq.status = Status.RUNNING
+            seq.status, seq.prefilled = Status.RUNNING, seq.prompt_len
             self.running.append(seq)
             token, logprob = firsts[seq.index or 0]
             reason = self.processor.adopt_first_token(seq, token, logprob)

@@ -84,15 +84,16 @@ class DisaggCoordinator:
         self._claimed[room] = seq
 
     def admit(self, seq: Sequence) -> list[Action]:
-        """Decode mode, pages allocated: register them for the room."""
+        """Decode mode, pages allocated (the first ``seq.prefilled`` prompt tokens' K/V copied in
+        from this engine's prefix cache): register the rest of them for the room."""
         seq.status = Status.WAITING_KV
         if _is_fake(seq):  # as SGLang's fake receiver: a synthetic first token, stale KV
             more = tuple((self._fake_token(f), None) for f in seq.forks)
             return [Adopt(seq, self._fake_token(seq), choices=more)]
         b = seq.bootstrap
         try:
-            self.transport.add_decode(b.room, b.host, b.port,
-                                      self._pool.token_runs(seq.pages, seq.prompt_len), seq.rid)
+            runs = self._pool.token_runs(seq.pages, seq.prompt_len, seq.prefilled)
+            self.transport.add_decode(b.room, b.host, b.port, runs, seq.rid, seq.prefilled)
         except ValueError as exc:
             return [Fail(seq, str(exc), 400)]
         deadline = time.monotonic() + self._cfg.transfer_timeout + BACKSTOP_SLACK_S
@@ -113,7 +114,7 @@ class DisaggCoordinator:
             self.transport.add_prefill(room, self._pool.token_runs(seq.pages, seq.prompt_len),
                                        first_token, seq.rid,
                                        first_to_wire(seq.out_logprobs, seq.return_logprob),
-                                       seq.cached_tokens, choices_to_wire(seq))
+                                       seq.cached_tokens, choices_to_wire(seq), seq.prompt_len)
         except ValueError as exc:
             return [Fail(seq, f"KV transfer not started: {exc}", FAILURE_STATUS)]
         deadline = (time.monotonic() + self._cfg.bootstrap_timeout + self._cfg.transfer_timeout

@@ -167,8 +167,9 @@ class KVPool:
     def data_ptr(self) -> int:
         return self.storage.data_ptr()
 
-    def token_runs(self, run: PageRun, num_tokens: int) -> list[tuple[int, int]]:
-        """(addr, nbytes) of a request's first ``num_tokens`` tokens: one run per index of the
+    def token_runs(self, run: PageRun, num_tokens: int, skip: int = 0) -> list[tuple[int, int]]:
+        """(addr, nbytes) of a request's first ``num_tokens`` tokens but the first ``skip``
+        (those a decode already holds): one run per index of the
         storage dims outside the token dim (none for ``token``, layers for ``layer``, layer,
         K/V and head for ``head``), in storage order. Prefill and decode use the same layout
         (checked at peering), so the i-th source run pairs with the i-th destination run.
@@ -176,11 +177,13 @@ class KVPool:
         capacity = run.num_pages * self.page_size
         if not 0 < num_tokens <= capacity:
             raise ValueError(f"num_tokens {num_tokens} outside the request's {capacity} slots")
+        if not 0 <= skip < num_tokens:
+            raise ValueError(f"skip {skip} outside [0, {num_tokens})")
         axis = LAYOUTS[self.layout].index(_TOKENS)
         el = self.element_size
         tok_bytes = self.storage.stride(axis) * el
-        first = self.data_ptr + run.start_page * self.page_size * tok_bytes
+        first = self.data_ptr + (run.start_page * self.page_size + skip) * tok_bytes
         strides = [st * el for st in self.storage.stride()[:axis]]
-        nbytes = num_tokens * tok_bytes
+        nbytes = (num_tokens - skip) * tok_bytes
         return [(first + sum(i * st for i, st in zip(idx, strides)), nbytes)
                 for idx in itertools.product(*(range(n) for n in self.storage.shape[:axis]))]

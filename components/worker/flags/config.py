@@ -192,8 +192,10 @@ def _role(ns: argparse.Namespace) -> WorkerRole:
     # parse, not the parser's choices: a value from the environment is unchecked
     orchestrator = (Orchestrator.parse(ns.disagg_orchestrator)
                     if ns.disagg_orchestrator is not None else Orchestrator.default(skip))
-    return WorkerRole(WorkerMode.from_disaggregation_mode(ns.disaggregation_mode),
-                      orchestrator, skip)
+    mode = WorkerMode.from_disaggregation_mode(ns.disaggregation_mode)
+    # SGLang 0.5.21 has no such flag: there the attribute is absent.
+    decode_cache = bool(getattr(ns, "disaggregation_decode_enable_radix_cache", False))
+    return WorkerRole(mode, orchestrator, skip, decode_cache and mode is WorkerMode.DECODE)
 
 
 def _dynamo_args(ns: argparse.Namespace, role: WorkerRole) -> DynamoArgs:

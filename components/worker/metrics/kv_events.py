@@ -12,8 +12,10 @@ Dynamo's own SGLang worker, which also marks the model card `kv_event_publishing
   (manual mode, DP rank 0) and a `WorkerMetricsPublisher`. The `endpoint` is not used.
 Block size is the engine's page size (SGLang with `--dcp-size`: page size x DCP size, the pages its
 radix tree keeps, as 1.6.1 registers). Who publishes (`role_publishes`): the workers a KV router
-reads, i.e. aggregated workers and, with the frontend orchestrating, prefill workers (the
-frontend's prefill router picks a prefill worker by its cached blocks, as it does for 1.6.1's).
+reads, i.e. aggregated workers, with the frontend orchestrating, prefill workers (the
+frontend's prefill router picks a prefill worker by its cached blocks, as it does for 1.6.1's),
+and decode workers with a prefix cache that call their prefill themselves (the frontend sees an
+aggregated worker and sends a conversation's next turn to the decode that holds its history).
 """
 
 from __future__ import annotations
@@ -50,21 +52,30 @@ def kv_events_enabled(kv_events_config: str | None) -> bool:
 
 
 def role_reads_by_router(role: WorkerRole) -> bool:
-    """The roles a KV router reads: aggregated, and prefill with the frontend orchestrating."""
-    return role.aggregated or (role.prefill and role.frontend_orchestrated)
+    """The roles a KV router reads: aggregated, prefill with the frontend orchestrating, and a
+    decode with a prefix cache that orchestrates its prefill (it registers as an aggregated
+    worker, so the frontend's KV router sends a conversation's next turn where its KV is)."""
+    return (role.aggregated or (role.prefill and role.frontend_orchestrated)
+            or (role.decode_cache and role.calls_prefill))
 
 
 def role_publishes(role: WorkerRole) -> bool:
     """Whether a worker of `role` publishes (given --kv-events-config); logs why not."""
     if role_reads_by_router(role):
         return True
-    if role.decode:
+    if role.decode and role.decode_cache:
+        # Dynamo 1.6.1's frontend picks the decode of a request it orchestrates by load alone
+        # (its decode router reads KV events only with --router-conditional-disagg, which sends
+        # some requests to the decode without a prefill: not served here).
+        logger.warning("--kv-events-config: the frontend picks decode workers by load, not by "
+                       "KV events: a frontend-orchestrated decode publishes none")
+    elif role.decode:
         # Every page of a disaggregated request arrives from its prefill, whose cache serves
-        # repeated prefixes: the CPU engine's decode keeps no prefix cache, and SGLang turns its
-        # radix cache off in decode mode (unless --disaggregation-decode-enable-radix-cache,
-        # experimental in SGLang, whose events this worker does not relay).
-        logger.warning("--kv-events-config: decode workers keep no prefix cache and publish "
-                       "no KV events")
+        # repeated prefixes: without --disaggregation-decode-enable-radix-cache a decode engine
+        # (SGLang's or the CPU engine) keeps no prefix cache.
+        logger.warning("--kv-events-config: decode workers without "
+                       "--disaggregation-decode-enable-radix-cache keep no prefix cache and "
+                       "publish no KV events")
     else:
         logger.warning("--kv-events-config: a decode-orchestrated prefill worker registers no "
                        "model, so no KV router reads it; it publishes no KV events")

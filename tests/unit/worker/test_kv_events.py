@@ -178,13 +178,19 @@ def test_the_local_dp_ranks_follow_dynamo_1_6_1(args, ranks):
     assert local_dp_ranks(SimpleNamespace(**args)) == ranks
 
 
-@pytest.mark.parametrize("mode, orchestrator, publishes", [
-    ("null", "decode", True), ("prefill", "frontend", True),  # the workers a KV router reads
-    ("decode", "frontend", False), ("decode", "decode", False),  # no prefix cache
-    ("prefill", "decode", False),  # registers no model
+DECODE_CACHE = ("--disaggregation-decode-enable-radix-cache",)
+
+
+@pytest.mark.parametrize("mode, orchestrator, extra, publishes", [
+    ("null", "decode", (), True), ("prefill", "frontend", (), True),  # read by a KV router
+    ("decode", "frontend", (), False), ("decode", "decode", (), False),  # no prefix cache
+    ("decode", "decode", DECODE_CACHE, True),  # registers as an aggregated worker
+    ("decode", "frontend", DECODE_CACHE, False),  # 1.6.1's decode router reads load only
+    ("prefill", "decode", (), False),  # registers no model
+    ("null", "decode", DECODE_CACHE, True),  # the flag is about decode engines only
 ])
-def test_aggregated_and_routed_prefill_workers_publish_and_the_engine_never_sees_the_flag(
-        monkeypatch, mode, orchestrator, publishes):
+def test_the_workers_a_kv_router_reads_publish_and_the_engine_never_sees_the_flag(
+        monkeypatch, mode, orchestrator, extra, publishes):
     from components.backends import select as backend_select
     from components.worker.flags.config import parse_args
     from components.worker.main import publishes_kv_events
@@ -192,8 +198,10 @@ def test_aggregated_and_routed_prefill_workers_publish_and_the_engine_never_sees
     monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     cfg = parse_args(["--engine", "cpu", "--model-path", "/models/tiny", "--disaggregation-mode",
                       mode, "--disagg-orchestrator", orchestrator, "--skip-tokenizer-init",
-                      "--kv-events-config", '{"publisher": "zmq"}'])
+                      "--kv-events-config", '{"publisher": "zmq"}', *extra])
     assert publishes_kv_events(cfg) is publishes
+    assert cfg.role.decode_cache is (mode == "decode" and bool(extra))
+    assert cfg.engine_args.get("disaggregation_decode_enable_radix_cache", False) is bool(extra)
     assert "kv_events_config" not in cfg.engine_args
 
 
@@ -229,3 +237,6 @@ def test_an_sglang_config_without_endpoint_is_refused_at_parse_time(monkeypatch,
     assert parse_args(["--engine", "cpu", *base, '{"publisher": "zmq"}']).kv_events_config
     decode = ["--disaggregation-mode", "decode"]  # relays nothing (role_publishes)
     assert parse_args(["--engine", "sglang", *decode, *base, '{"publisher": "zmq"}'])
+    with pytest.raises(SystemExit, match="--kv-events-config is set but has no 'endpoint'"):
+        parse_args(["--engine", "sglang", *decode, "--disaggregation-decode-enable-radix-cache",
+                    *base, '{"publisher": "zmq"}'])  # relays its decode cache's events

@@ -27,3 +27,4 @@ class DecodeRoom:
     # Notifications that came before the Welcome (a few: a stranger's must not hide the real one)
     early: list[tuple[str, KVNotif]] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)
+    skip: int = 0  # the prompt's first tokens this engine already holds: ``runs`` are the rest

@@ -55,7 +55,8 @@ class DecodeSide:
         self._probes = DecodeProbes(nixl, client.send, probe)
 
     # --- engine calls -------------------------------------------------------------------------
-    def add_decode(self, room: int, host: str, port: int, runs: list[Run], rid: str) -> None:
+    def add_decode(self, room: int, host: str, port: int, runs: list[Run], rid: str,
+                   skip: int = 0) -> None:
         if room in self._rooms:
             raise ValueError(f"room {room} is already registered")
         valid_port = isinstance(port, int) and 0 < port < 65536
@@ -63,7 +64,8 @@ class DecodeSide:
             raise ValueError(f"room {room}: invalid bootstrap address {host!r}:{port!r}")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
         now = time.monotonic()
-        r = DecodeRoom(room, rid, (host, port), now + self._transfer_timeout, now, runs=list(runs))
+        r = DecodeRoom(room, rid, (host, port), now + self._transfer_timeout, now, runs=list(runs),
+                       skip=skip)
         self._rooms[room] = r
         path = self._probes.status(r.endpoint, now)
         if path == "broken":
@@ -76,7 +78,7 @@ class DecodeSide:
 
     def _register(self, r: DecodeRoom) -> None:
         r.queued = False
-        if not self._client.send(r.endpoint, Register(r.room, self._nixl.name, r.runs)):
+        if not self._client.send(r.endpoint, Register(r.room, self._nixl.name, r.runs, r.skip)):
             self._fail(r, f"could not reach the prefill bootstrap server "
                           f"{r.endpoint[0]}:{r.endpoint[1]}", FailureKind.PEER_LOST)
 

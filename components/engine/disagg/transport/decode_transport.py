@@ -41,9 +41,10 @@ class DecodeTransport(TransportBase):
                                     probe=probe_enabled())
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
-                   runs: list[Run], rid: str) -> None:
+                   runs: list[Run], rid: str, skip: int = 0) -> None:
         self._require_open()
-        self._side.add_decode(int(room), bootstrap_host, int(bootstrap_port), runs, rid)
+        self._side.add_decode(int(room), bootstrap_host, int(bootstrap_port), runs, rid,
+                              int(skip))
 
     def abort_unregistered(self, room: int, bootstrap_host: str, bootstrap_port: int,
                            message: str = "Aborted") -> None:

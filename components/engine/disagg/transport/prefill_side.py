@@ -103,7 +103,7 @@ class PrefillSide:
     # --- engine calls -------------------------------------------------------------------------
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
                     logprob: FirstLogprob | None = None, cached_tokens: int = 0,
-                    choices: tuple[ChoiceFirst, ...] = ()) -> None:
+                    choices: tuple[ChoiceFirst, ...] = (), tokens: int = 0) -> None:
         if self._writes.get(room) is not None:
             raise ValueError(f"room {room} is already being transferred")
         self._nixl.check_local(runs, f"room {room} (rid {rid})")
@@ -112,7 +112,8 @@ class PrefillSide:
             self._emit(TransferFailed(room, tomb.message, tomb.kind))
             return
         r = PrefillRoom(room, rid, list(runs), int(first_token), time.monotonic(),
-                        logprob=logprob, cached_tokens=int(cached_tokens), choices=choices)
+                        logprob=logprob, cached_tokens=int(cached_tokens), choices=choices,
+                        tokens=tokens)
         self._writes.add(r)
         r.reg = self._take_registration(room)
         if r.reg is not None:
@@ -190,7 +191,8 @@ class PrefillSide:
             if other.identity != identity:  # the owner's own duplicate is harmless: ignored
                 self._refuse(identity, msg.room, "room already registered by another decode")
             return
-        reg = Registration(identity, msg.agent_name, list(msg.runs), time.monotonic())
+        reg = Registration(identity, msg.agent_name, list(msg.runs), time.monotonic(),
+                           msg.skip_tokens)
         if r is not None:
             r.reg = reg
             self._writes.start(r)

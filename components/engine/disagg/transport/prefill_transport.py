@@ -71,12 +71,12 @@ class PrefillTransport(TransportBase):
 
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
                     logprob: FirstLogprob | None = None, cached_tokens: int = 0,
-                    choices: tuple[ChoiceFirst, ...] = ()) -> None:
+                    choices: tuple[ChoiceFirst, ...] = (), tokens: int = 0) -> None:
         self._require_open()
         # Read pending messages first: a decode abort that already arrived must win over a WRITE.
         self._service(0.0)
         self._side.add_prefill(int(room), runs, int(first_token), rid, logprob, cached_tokens,
-                               tuple(choices))
+                               tuple(choices), int(tokens))
 
     def _channel(self) -> BootstrapServer | None:
         return self._server

@@ -22,7 +22,9 @@ from components.engine.disagg.transport.events import (
 )
 from components.engine.disagg.transport.nixl_endpoint import NixlEndpoint
 from components.engine.disagg.transport.peers import Tombstones
-from components.engine.disagg.transport.runs import Run, coalesce, pair_runs, total_bytes
+from components.engine.disagg.transport.runs import (
+    Run, coalesce, pair_runs, skip_tokens, total_bytes,
+)
 from protocol.kv_side_channel import (
     Abort, AbortAck, ChoiceFirst, FirstLogprob, Holding, KVNotif, Written, encode,
 )
@@ -38,6 +40,7 @@ class Registration:
     agent: str
     runs: list[Run]
     arrived: float
+    skip: int = 0  # the prompt's first tokens the decode already holds: not written
 
 
 @dataclass
@@ -59,6 +62,7 @@ class PrefillRoom:
     logprob: FirstLogprob | None = None  # the first token's, when the request asked for them
     cached_tokens: int = 0  # prompt tokens this prefill served from its prefix cache
     choices: tuple[ChoiceFirst, ...] = ()  # n > 1: the further choices' first tokens
+    tokens: int = 0  # how many tokens ``runs`` hold (0: not given; then no decode may skip any)
     elapsed: float = 0.0  # post to DONE, once DONE
 
     def give_up(self, message: str, kind: FailureKind) -> None:
@@ -131,7 +135,7 @@ class PrefillWrites:
     def start(self, r: PrefillRoom) -> None:
         reg = r.reg
         try:
-            src, dst = coalesce(*pair_runs(r.runs, reg.runs))
+            src, dst = coalesce(*pair_runs(skip_tokens(r.runs, r.tokens, reg.runs, reg.skip), reg.runs))
             notif = encode(KVNotif(room=r.room, first_token=r.first_token, logprob=r.logprob,
                                    cached_tokens=r.cached_tokens, choices=list(r.choices)))
             r.handle, state = self._nixl.write(reg.agent, src, dst, notif)

@@ -43,6 +43,26 @@ def pair_runs(src: list[Run], dst: list[Run]) -> tuple[list[Run], list[Run]]:
     return out_src, out_dst
 
 
+def skip_tokens(src: list[Run], tokens: int, dst: list[Run], skip: int) -> list[Run]:
+    """The prefill's runs of a room (``tokens`` tokens, one run per plane) without the first
+    ``skip`` tokens, which the decode already holds; ValueError unless each of the decode's runs
+    is the same plane's run, ``skip`` tokens shorter."""
+    if skip == 0:
+        return src
+    if not 0 < skip < tokens or len(src) != len(dst):
+        raise ValueError(f"KV layout mismatch: the decode holds {skip} of the prompt's "
+                         f"{tokens or 'unknown'} tokens and registered {len(dst)} runs for the "
+                         f"prefill's {len(src)}")
+    out: list[Run] = []
+    for (addr, n), (_, m) in zip(src, dst):
+        cut = n // tokens * skip
+        if n % tokens or m != n - cut:
+            raise ValueError(f"KV layout mismatch: the decode holds {skip} of the prompt's "
+                             f"{tokens} tokens but registered {m} of a run's {n} bytes")
+        out.append((addr + cut, m))
+    return out
+
+
 def coalesce(src: list[Run], dst: list[Run]) -> tuple[list[Run], list[Run]]:
     """Join consecutive pairs that continue each other on both sides: fewer, longer descriptors
     per WRITE (a room that spans whole pool planes becomes one run)."""

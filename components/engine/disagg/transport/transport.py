@@ -153,11 +153,13 @@ class TransportBase:
     # its own): the engine holds a transport of either side.
     def add_prefill(self, room: int, runs: list[Run], first_token: int, rid: str,
                     logprob: FirstLogprob | None = None, cached_tokens: int = 0,
-                    choices: tuple[ChoiceFirst, ...] = ()) -> None:
+                    choices: tuple[ChoiceFirst, ...] = (), tokens: int = 0) -> None:
+        """``tokens``: how many the ``runs`` hold (needed when a decode holds the first ones)."""
         self._wrong_side("add_prefill", "prefill")
 
     def add_decode(self, room: int, bootstrap_host: str, bootstrap_port: int,
-                   runs: list[Run], rid: str) -> None:
+                   runs: list[Run], rid: str, skip: int = 0) -> None:
+        """``skip``: the prompt's first tokens the decode already holds; ``runs`` are the rest."""
         self._wrong_side("add_decode", "decode")
 
     def abort_unregistered(self, room: int, bootstrap_host: str, bootstrap_port: int,
