@@ -5,16 +5,16 @@
 
 An agent-like workload: each conversation opens with a user message of --turn-words words; every
 turn appends the assistant's answer and a new user message and resends the whole history, as
-chat clients and agents do. Two topologies run side by side in one run, Tokens mode on the CPU
-engine: `disagg` (frontend, prefill and decode; frontend-orchestrated, the style Dynamo deploys)
-and `agg` (one aggregated worker). The conversations go one request at a time, the arms
-alternating per turn, so each turn's KV bytes are the prefill's `kv_transfer_bytes` counter's
-growth over that request, and neither arm's load disturbs the other.
+chat clients and agents do. Three topologies run side by side in one run, Tokens mode on the CPU
+engine: `disagg` (frontend, prefill and decode; frontend-orchestrated, the style Dynamo deploys),
+`disagg-cache` (the same, its decode with `--disaggregation-decode-enable-radix-cache`) and `agg`
+(one aggregated worker). The conversations go one request at a time, the arms taking turns, so
+each turn's KV bytes are its prefill's `kv_transfer_bytes` counter's growth over that request,
+and no arm's load disturbs another.
 
 Per turn: the prompt's tokens (the frontend's usage), the time to the first token of each arm,
-and the KV bytes the prefill wrote to the decode. Today the decode keeps no prefix cache, so
-every turn ships the KV of its whole prompt, its history included: this is the baseline a
-decode-side cache is measured against.
+and the KV bytes each prefill wrote to its decode. Without the cache every turn ships the KV of
+its whole prompt, its history included; with it, the history the decode kept stays there.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from benchmarks.serving_arms import spawn_topology
 from harness.topology import Stack
 from harness.worker_metrics import PREFIX, scrape
 
-ARMS = ("disagg", "agg")
+ARMS = ("disagg", "disagg-cache", "agg")
+DISAGG_ARMS = ("disagg", "disagg-cache")
 KV_BYTES = f"{PREFIX}kv_transfer_bytes_total"
 CORPUS = Path(__file__).resolve().parent.parent / "components" / "model_builder" / "corpus.txt"
 
@@ -98,13 +99,14 @@ async def run(args: argparse.Namespace, stacks: dict[str, Stack], model: str) ->
                 row = {"conversation": conv, "turn": turn, "decode_held_tokens": held}
                 for arm in ARMS:
                     history[arm].append({"role": "user", "content": message})
-                    before = kv_bytes(stacks["disagg"]) if arm == "disagg" else 0.0
+                    before = kv_bytes(stacks[arm]) if arm in DISAGG_ARMS else 0.0
                     got = await chat_turn(http, stacks[arm], model, history[arm],
                                           args.output_len)
                     history[arm].append({"role": "assistant", "content": got["text"]})
                     row[f"{arm}_ttft_ms"] = got["ttft_ms"]
-                    if arm == "disagg":  # the arm whose KV moves: its prompt, answer and bytes
-                        row["kv_bytes"] = kv_bytes(stacks["disagg"]) - before
+                    if arm in DISAGG_ARMS:
+                        row[f"{arm}_kv_bytes"] = kv_bytes(stacks[arm]) - before
+                    if arm == "disagg":  # the prompt, answer and what the decode held
                         row["prompt_tokens"] = got["prompt_tokens"]
                         held = got["prompt_tokens"] + got["completion_tokens"]
                 rows.append(row)
@@ -121,13 +123,16 @@ def tables(rows: list[dict], turns: int) -> dict[str, dict]:
     """Per turn (medians over the conversations), and per arm over every turn."""
     by_turn = [[r for r in rows if r["turn"] == t] for t in range(turns)]
     per_turn = [[t + 1, median(r["prompt_tokens"] for r in rs),
-                 median(r["disagg_ttft_ms"] for r in rs), median(r["agg_ttft_ms"] for r in rs),
-                 median(r["kv_bytes"] for r in rs), median(held_share(r) for r in rs)]
+                 *(median(r[f"{arm}_ttft_ms"] for r in rs) for arm in ARMS),
+                 *(median(r[f"{arm}_kv_bytes"] for r in rs) for arm in DISAGG_ARMS),
+                 median(held_share(r) for r in rs)]
                 for t, rs in enumerate(by_turn)]
     per_arm = [[arm, percentile([r[f"{arm}_ttft_ms"] for r in rows], 50),
                 percentile([r[f"{arm}_ttft_ms"] for r in rows], 99)] for arm in ARMS]
-    return {"table": {"headers": ["turn", "prompt tokens", "TTFT disagg ms", "TTFT agg ms",
-                                  "KV bytes (disagg)", "of it, the last turn's KV"],
+    return {"table": {"headers": ["turn", "prompt tokens",
+                                  *(f"TTFT {arm} ms" for arm in ARMS),
+                                  *(f"KV bytes {arm}" for arm in DISAGG_ARMS),
+                                  "the last turn's share"],
                       "rows": per_turn},
             "arms_table": {"headers": ["arm", "TTFT p50 ms", "TTFT p99 ms"], "rows": per_arm}}
 

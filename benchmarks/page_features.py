@@ -65,11 +65,13 @@ without, same prompts, arms alternated per repetition. The cost is each step's `
 
 MULTI_TURN = """\
 `benchmarks/bench_multi_turn.py`: multi-turn chats that resend their whole history each turn
-(an agent-like workload), `small` model, CPU engine, Tokens mode. Two stacks run side by side:
-disaggregated (frontend, prefill and decode, frontend-orchestrated) and aggregated. Every turn
-adds a 60-word user message to the last answer (32 tokens); 3 conversations of 6 turns go one
-request at a time, the arms alternating. "KV bytes" is the prefill's `kv_transfer_bytes`
-counter's growth over the turn. "Of it, the last turn's KV" is the share of those bytes that the
-decode had already received or computed while it served the previous turn: the last prompt and
-its answer. The decode keeps no prefix cache today, so it receives them again.
+(an agent-like workload), `small` model, CPU engine, Tokens mode. Three stacks run side by side:
+`disagg` (frontend, prefill and decode, frontend-orchestrated), `disagg-cache` (the same, its
+decode started with `--disaggregation-decode-enable-radix-cache`) and `agg` (aggregated). Every
+turn adds a 60-word user message to the last answer (32 tokens); 3 conversations of 6 turns go
+one request at a time, the arms taking turns. "KV bytes" is the prefill's `kv_transfer_bytes`
+counter's growth over the turn. "The last turn's share" is the share of `disagg`'s bytes that its
+decode had already received or computed while it served the previous turn (the last prompt and
+its answer): without a cache it receives them again; `disagg-cache`'s decode keeps them, and its
+prefill sends only the rest.
 """

@@ -256,7 +256,8 @@ SECTIONS = [
     ("bench_logprobs", "Logprobs: decode with top-5 logprobs vs without", LOGPROBS),
     ("bench_prefix_cache", "Prefix cache: a repeated long prefix against its first prefill",
      PREFIX_CACHE),
-    ("multi_turn", "Multi-turn chats, disaggregated: the KV each turn sends again", MULTI_TURN),
+    ("multi_turn", "Multi-turn chats, disaggregated: the KV each turn sends, with and without "
+     "the decode's cache", MULTI_TURN),
     ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),
     ("bench_kv_routing_disagg", "KV-aware routing vs round-robin, disaggregated: which prefill "
      "worker (TTFT)", KV_ROUTING_DISAGG),

@@ -22,7 +22,7 @@ DISAGG_WORKERS = (("prefill", "prefill"), ("decode", "decode"))
 AGG_WORKER = (("agg", "null"),)
 WORKERS = {"agg": AGG_WORKER, "agg-separate": AGG_WORKER, "agg-chunked": AGG_WORKER,
            "agg-interval2": AGG_WORKER, "disagg": DISAGG_WORKERS,
-           "disagg-decode": DISAGG_WORKERS}
+           "disagg-decode": DISAGG_WORKERS, "disagg-cache": DISAGG_WORKERS}
 TOPOLOGY_ARGS = {
     # The reference arm without chunked prefill (the CPU engine chunks by 512 by default).
     "agg": ("--chunked-prefill-size", "-1"),
@@ -36,6 +36,8 @@ TOPOLOGY_ARGS = {
     # `disagg-decode` the decode-orchestrated one
     # (docs/reference/orchestration.md).
     "disagg-decode": ("--disagg-orchestrator", "decode"),
+    # `disagg` with a decode that keeps a prefix cache (the prefill engine ignores the flag).
+    "disagg-cache": ("--disaggregation-decode-enable-radix-cache",),
 }
 TOPOLOGIES = tuple(WORKERS)
 

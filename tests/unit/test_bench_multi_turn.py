@@ -10,8 +10,8 @@ from benchmarks.bench_multi_turn import held_share, tables, user_messages
 
 def row(conversation: int, turn: int, prompt: int, held: int, kv: float, ttft: float) -> dict:
     return {"conversation": conversation, "turn": turn, "prompt_tokens": prompt,
-            "decode_held_tokens": held, "kv_bytes": kv, "disagg_ttft_ms": ttft,
-            "agg_ttft_ms": ttft / 2}
+            "decode_held_tokens": held, "disagg_kv_bytes": kv, "disagg-cache_kv_bytes": kv / 4,
+            "disagg_ttft_ms": ttft, "disagg-cache_ttft_ms": ttft / 4, "agg_ttft_ms": ttft / 2}
 
 
 def test_the_held_share_is_the_last_turns_prompt_and_answer_over_this_prompt():
@@ -24,9 +24,9 @@ def test_tables_report_per_turn_medians_and_per_arm_percentiles():
     rows = [row(0, 0, 100, 0, 10.0, 4.0), row(1, 0, 120, 0, 12.0, 8.0),
             row(0, 1, 200, 132, 20.0, 6.0), row(1, 1, 240, 152, 24.0, 10.0)]
     out = tables(rows, turns=2)
-    assert out["table"]["rows"] == [[1, 110.0, 6.0, 3.0, 11.0, 0.0],
-                                    [2, 220.0, 8.0, 4.0, 22.0, (0.66 + 152 / 240) / 2]]
-    assert [r[0] for r in out["arms_table"]["rows"]] == ["disagg", "agg"]
+    assert out["table"]["rows"] == [[1, 110.0, 6.0, 1.5, 3.0, 11.0, 2.75, 0.0],
+                                    [2, 220.0, 8.0, 2.0, 4.0, 22.0, 5.5, (0.66 + 152 / 240) / 2]]
+    assert [r[0] for r in out["arms_table"]["rows"]] == ["disagg", "disagg-cache", "agg"]
     assert out["arms_table"]["rows"][0][1] == 7.0  # p50 of 4, 6, 8, 10
 
 
