@@ -24,15 +24,6 @@ from protocol.kv_side_channel import (
 HOST = "127.0.0.1"
 
 
-@pytest.fixture
-def pair():
-    pre = TransportSide("prefill", bootstrap_timeout=5.0, transfer_timeout=5.0)
-    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=5.0)
-    yield pre, dec
-    pre.close()
-    dec.close()
-
-
 def run_room(pre, dec, room, tokens=24):
     dec.add_decode(room, HOST, pre.transport.bootstrap_port, tokens)
     pre.add_prefill(room, tokens, first_token=5)

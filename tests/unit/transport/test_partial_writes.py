@@ -8,20 +8,11 @@ import torch
 
 from components.engine.disagg.transport.runs import skip_tokens
 from harness.transport_side import (
-    HEAD_DIM, HELD, KV_HEADS, LAYERS, PAGE_SIZE, TransportSide, expected_kv, poll_until,
+    HEAD_DIM, HELD, KV_HEADS, LAYERS, PAGE_SIZE, expected_kv, poll_until,
 )
 
 HOST = "127.0.0.1"
 BYTES_PER_TOKEN = LAYERS * 2 * KV_HEADS * HEAD_DIM * 4  # float32 K and V
-
-
-@pytest.fixture
-def pair():
-    pre = TransportSide("prefill", bootstrap_timeout=5.0, transfer_timeout=5.0)
-    dec = TransportSide("decode", bootstrap_timeout=5.0, transfer_timeout=5.0)
-    yield pre, dec
-    pre.close()
-    dec.close()
 
 
 @pytest.mark.parametrize("skip", [0, PAGE_SIZE, 3 * PAGE_SIZE])
