@@ -44,7 +44,10 @@ READY_S = 300.0  # several SGLang workers starting at once on 2 cores
 EXACT_REFERENCE = "agg-sglang"
 
 
-def spawn_sglang(name: str, model_path: str, served: str) -> Stack:
+def spawn_sglang(name: str, model_path: str, served: str, prefill_args: tuple[str, ...] = (),
+                 decode_args: tuple[str, ...] = ()) -> Stack:
+    """The SGLang arm `name`; `prefill_args` and `decode_args` go to its prefill and decode
+    workers (disaggregated arms)."""
     stack = Stack(Path(tempfile.mkdtemp(prefix=f"aiperf-{name}-")), model_path,
                   namespace=f"aiperf{name.replace('-', '')}")
     stack.start_frontend()
@@ -56,17 +59,19 @@ def spawn_sglang(name: str, model_path: str, served: str) -> Stack:
             # host pool calls into CUDA); 1.6.1's must be given it. 1.6.1's prefill advertises
             # SGLANG_HOST_IP (else the machine's address) as its bootstrap host, and SGLang's
             # bootstrap server listens on --host only.
-            own = (("--disaggregation-bootstrap-port", str(free_port())) if role == "prefill"
-                   else ("--disaggregation-decode-retraction-backup", "none"))
+            own = (("--disaggregation-bootstrap-port", str(free_port()), *prefill_args)
+                   if role == "prefill"
+                   else ("--disaggregation-decode-retraction-backup", "none", *decode_args))
             stack.start_dynamo_sglang(role, "--served-model-name", served, *SGLANG_FLAGS,
                                       *DISAGG, "--disaggregation-mode", role, *own,
                                       SGLANG_HOST_IP="127.0.0.1")
     elif name == "agg-sglang":
         stack.start_worker("worker", "null", served, *SGLANG_FLAGS, engine="sglang")
     else:
-        stack.start_worker("prefill", "prefill", served, *SGLANG_FLAGS, *DISAGG,
+        stack.start_worker("prefill", "prefill", served, *SGLANG_FLAGS, *DISAGG, *prefill_args,
                            "--disaggregation-bootstrap-port", str(free_port()), engine="sglang")
-        stack.start_worker("decode", "decode", served, *SGLANG_FLAGS, *DISAGG, engine="sglang")
+        stack.start_worker("decode", "decode", served, *SGLANG_FLAGS, *DISAGG, *decode_args,
+                           engine="sglang")
     return stack
 
 

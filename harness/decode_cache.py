@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from harness.kv_routing import alive_then, stopped_on_failure, kv_events_config
 from harness.topology import READY_TIMEOUT_S, Stack, free_port, wait_until
+from harness.worker_metrics import PREFIX, scrape
 
 PREFILL = "p0"
 DECODES = ("d0", "d1")
@@ -40,9 +41,11 @@ def start_decode_cached(workdir: Path, model_path: str, served: str, agg_served:
     with stopped_on_failure(stack, "the decode-cache stack"):
         stack.start_frontend("--router-mode", "kv")
         prefill_events = ("--kv-events-config", kv_events_config()) if style == "frontend" else ()
+        # SGLang counts the KV its prefill sends in its own metrics (sglang:kv_transfer_total_mb).
+        metrics = ("--enable-metrics",) if engine == "sglang" else ()
         stack.start_worker(PREFILL, "prefill", served, *engine_args, *_disagg(style),
-                           *prefill_events, "--disaggregation-bootstrap-port", str(free_port()),
-                           engine=engine)
+                           *prefill_events, *metrics,
+                           "--disaggregation-bootstrap-port", str(free_port()), engine=engine)
         for name in decodes_of(style):
             start_decode(stack, name, served, engine_args, style, engine)
         stack.start_worker(AGG_WORKER, "null", agg_served, *engine_args, "--endpoint",
@@ -78,6 +81,16 @@ def _generate_instances(stack: Stack, component: str) -> int:
     root = stack.kv_dir / "v1" / "instances"
     prefix = f"{stack.namespace or 'dynamo'}/{component}/generate/"
     return sum(unquote(p.name).startswith(prefix) for p in root.iterdir()) if root.exists() else 0
+
+
+def kv_bytes(stack: Stack, engine: str, prefill: str = PREFILL) -> float:
+    """KV bytes the prefill worker `prefill` has written to decodes so far: the CPU engine's
+    counter, or SGLang's `sglang:kv_transfer_total_mb` (with `--enable-metrics`; a histogram of
+    MB per request, summed), which SGLang's connector counts from the KV pages it sends."""
+    samples = scrape(stack.procs[prefill].system_port)
+    if engine == "cpu":
+        return samples.get((f"{PREFIX}kv_transfer_bytes_total", ""), 0.0)
+    return samples.get(("sglang:kv_transfer_total_mb_sum", ""), 0.0) * 2**20
 
 
 def decode_hits(stack: Stack) -> dict[str, int]:

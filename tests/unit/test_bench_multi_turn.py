@@ -36,3 +36,14 @@ def test_each_conversation_has_its_own_messages_of_the_asked_length():
     assert all(len(m.split()) == 5 for c in messages for m in c)
     assert messages[0] != messages[1]
     assert messages == user_messages(Namespace(conversations=2, turns=3, turn_words=5))
+
+
+def test_the_sglang_run_reports_its_own_arms_and_dynamos():
+    rows = [{**row(0, 0, 100, 0, 8.0, 4.0), "dynamo-disagg-cache_ttft_ms": 5.0,
+             "dynamo-disagg-cache_kv_bytes": 3.0}]
+    out = tables(rows, turns=1, engine="sglang")
+    assert out["table"]["headers"][2:] == [
+        "TTFT disagg ms", "TTFT disagg-cache ms", "TTFT dynamo-disagg-cache ms",
+        "KV bytes disagg", "KV bytes disagg-cache", "KV bytes dynamo-disagg-cache",
+        "the last turn's share"]
+    assert out["table"]["rows"] == [[1, 100.0, 4.0, 1.0, 5.0, 8.0, 2.0, 3.0, 0.0]]
