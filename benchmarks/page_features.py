@@ -75,3 +75,15 @@ decode had already received or computed while it served the previous turn (the l
 its answer): without a cache it receives them again; `disagg-cache`'s decode keeps them, and its
 prefill sends only the rest.
 """
+
+MULTI_TURN_SGLANG = """\
+`benchmarks/bench_multi_turn.py --engine sglang`: the same conversations on `sglang.Engine`
+(SGLang's CPU path), three disaggregated stacks side by side, frontend-orchestrated: this worker
+without and with `--disaggregation-decode-enable-radix-cache` (SGLang's own decode radix cache),
+and Dynamo 1.6.1's own SGLang worker (`python -m dynamo.sglang`) with the same flag. "KV bytes"
+is SGLang's own `sglang:kv_transfer_total_mb` on the prefill (`--enable-metrics`) over the turn.
+Six SGLang engines share 2 cores here, so TTFT is mostly the box's contention; the bytes are the
+result. With one decode per stack both workers send the same bytes; what differs is routing with
+several decodes (decode-orchestrated, this worker's decodes publish their cache's KV events and the
+frontend's KV router picks the holder: `tests/e2e/test_e2e_decode_cache.py`).
+"""

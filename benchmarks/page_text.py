@@ -3,7 +3,7 @@
 from benchmarks.page_aiperf import AIPERF
 from benchmarks.page_features import (
     CHOICES, CHOICES_SGLANG, CONSTRAINED, KV_ROUTING, KV_ROUTING_DISAGG, LOGPROBS, MULTI_TURN,
-    PREFIX_CACHE,
+    MULTI_TURN_SGLANG, PREFIX_CACHE,
 )
 
 
@@ -258,6 +258,8 @@ SECTIONS = [
      PREFIX_CACHE),
     ("multi_turn", "Multi-turn chats, disaggregated: the KV each turn sends, with and without "
      "the decode's cache", MULTI_TURN),
+    ("multi_turn_sglang", "Multi-turn chats on sglang.Engine: this worker and Dynamo 1.6.1's, "
+     "with SGLang's decode cache", MULTI_TURN_SGLANG),
     ("bench_kv_routing", "KV-aware routing vs round-robin (TTFT)", KV_ROUTING),
     ("bench_kv_routing_disagg", "KV-aware routing vs round-robin, disaggregated: which prefill "
      "worker (TTFT)", KV_ROUTING_DISAGG),

@@ -115,6 +115,7 @@ run bench_constrained bench_constrained "${CONSTRAINED_ARGS[@]}"
 run bench_prefix_cache bench_prefix_cache "${PREFIX_ARGS[@]}"
 # Multi-turn chats resending their history: the KV each disaggregated turn sends again.
 run multi_turn bench_multi_turn "${MULTI_TURN_ARGS[@]}"
+run multi_turn_sglang bench_multi_turn --engine sglang "${MULTI_TURN_ARGS[@]}"
 # Both arms, aggregated and disaggregated (bench_kv_routing.json, bench_kv_routing_disagg.json).
 run bench_kv_routing bench_kv_routing "${KV_ROUTING_ARGS[@]}"
 
