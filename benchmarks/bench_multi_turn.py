@@ -80,7 +80,9 @@ async def chat_turn(http: httpx.AsyncClient, stack: Stack, model: str, history: 
                     first = time.perf_counter()
                 text.append((choice.get("delta") or {}).get("content") or "")
             usage = event.get("usage") or usage
-    return {"ttft_ms": ((first or time.perf_counter()) - start) * 1e3, "text": "".join(text),
+    end = time.perf_counter()
+    return {"ttft_ms": ((first or end) - start) * 1e3, "e2e_ms": (end - start) * 1e3,
+            "text": "".join(text),
             "prompt_tokens": usage.get("prompt_tokens"),
             "completion_tokens": usage.get("completion_tokens")}
 
@@ -102,6 +104,8 @@ async def run(args: argparse.Namespace, stacks: dict[str, Stack], model: str) ->
                                           args.output_len)
                     history[arm].append({"role": "assistant", "content": got["text"]})
                     row[f"{arm}_ttft_ms"] = got["ttft_ms"]
+                    row[f"{arm}_e2e_ms"] = got["e2e_ms"]
+                    row[f"{arm}_output_tokens"] = got["completion_tokens"]
                     if arm in measured:
                         row[f"{arm}_kv_bytes"] = kv_bytes(stacks[arm], args.engine, "prefill") - before
                     if arm == REFERENCE:  # the prompt, answer and what the decode held
@@ -127,13 +131,21 @@ def tables(rows: list[dict], turns: int, engine: str = "cpu") -> dict[str, dict]
                  median(held_share(r) for r in rs)]
                 for t, rs in enumerate(by_turn)]
     per_arm = [[arm, percentile([r[f"{arm}_ttft_ms"] for r in rows], 50),
-                percentile([r[f"{arm}_ttft_ms"] for r in rows], 99)] for arm in arms]
+                percentile([r[f"{arm}_ttft_ms"] for r in rows], 99), throughput(rows, arm)]
+               for arm in arms]
     return {"table": {"headers": ["turn", "prompt tokens",
                                   *(f"TTFT {arm} ms" for arm in arms),
                                   *(f"KV bytes {arm}" for arm in measured),
                                   "the last turn's share"],
                       "rows": per_turn},
-            "arms_table": {"headers": ["arm", "TTFT p50 ms", "TTFT p99 ms"], "rows": per_arm}}
+            "arms_table": {"headers": ["arm", "TTFT p50 ms", "TTFT p99 ms", "output tok/s"],
+                           "rows": per_arm}}
+
+
+def throughput(rows: list[dict], arm: str) -> float:
+    """Output tokens per second of the arm's requests, end to end (one request at a time)."""
+    seconds = sum(r[f"{arm}_e2e_ms"] for r in rows) / 1e3
+    return sum(r[f"{arm}_output_tokens"] for r in rows) / seconds if seconds else 0.0
 
 
 def main() -> None:

@@ -11,7 +11,10 @@ from benchmarks.bench_multi_turn import held_share, tables, user_messages
 def row(conversation: int, turn: int, prompt: int, held: int, kv: float, ttft: float) -> dict:
     return {"conversation": conversation, "turn": turn, "prompt_tokens": prompt,
             "decode_held_tokens": held, "disagg_kv_bytes": kv, "disagg-cache_kv_bytes": kv / 4,
-            "disagg_ttft_ms": ttft, "disagg-cache_ttft_ms": ttft / 4, "agg_ttft_ms": ttft / 2}
+            "disagg_ttft_ms": ttft, "disagg-cache_ttft_ms": ttft / 4, "agg_ttft_ms": ttft / 2,
+            **{f"{arm}_{key}": value for arm in ("disagg", "disagg-cache", "agg",
+                                                 "dynamo-disagg-cache")
+               for key, value in (("e2e_ms", 500.0), ("output_tokens", 8))}}
 
 
 def test_the_held_share_is_the_last_turns_prompt_and_answer_over_this_prompt():
@@ -28,6 +31,7 @@ def test_tables_report_per_turn_medians_and_per_arm_percentiles():
                                     [2, 220.0, 8.0, 2.0, 4.0, 22.0, 5.5, (0.66 + 152 / 240) / 2]]
     assert [r[0] for r in out["arms_table"]["rows"]] == ["disagg", "disagg-cache", "agg"]
     assert out["arms_table"]["rows"][0][1] == 7.0  # p50 of 4, 6, 8, 10
+    assert out["arms_table"]["rows"][0][3] == 16.0  # 8 tokens per 0.5 s
 
 
 def test_each_conversation_has_its_own_messages_of_the_asked_length():
