@@ -30,10 +30,10 @@ def pytest_report_header() -> str:
 
 
 # Every SGLang worker the tests start (they inherit this environment) runs NIXL's progress thread
-# with this delay instead of spinning, and starts SGLang's scheduler and detokenizer from a
-# forkserver that imported SGLang once: tests/support/sglang_cpu/sitecustomize.py.
+# with this delay instead of spinning, and forks SGLang's scheduler and detokenizer from the
+# engine's process, which imported SGLang already: tests/support/sglang_cpu/sitecustomize.py.
 os.environ.setdefault("TEST_NIXL_PROGRESS_DELAY_US", "1000")
-os.environ.setdefault("TEST_SGLANG_FORKSERVER", "1")
+os.environ.setdefault("TEST_SGLANG_FORK", "1")
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ def stack(tmp_path_factory, tiny_model_path):
 
 def sglang_processes(pid: int) -> list[psutil.Process]:
     """SGLang's scheduler and detokenizer under the worker: they name themselves "sglang::...",
-    whether spawned by the worker or forked by a forkserver (the suite's, tests/conftest.py)."""
+    whether spawned by the worker or forked from it (the suite's way, tests/conftest.py)."""
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):

@@ -26,8 +26,8 @@ modules are adjusted right after they load.
   image processors at load time. The module's name is bound to the real class (transformers'
   own `models.auto.image_processing_auto`, which needs only PIL); a transformers that gives the
   real class (5.24, SGLang 0.5.23's) is left as it is.
-- `entrypoints.engine` and, in an engine's forkserver, `psutil` (with TEST_SGLANG_FORKSERVER
-  set): SGLang's subprocesses start from a forkserver (`sglang_cpu_forkserver.py`).
+- `entrypoints.engine` (with TEST_SGLANG_FORK set): SGLang's subprocesses are forked from the
+  engine's process (`sglang_cpu_fork.py`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import types
 from collections.abc import Iterator
 from typing import Any, Callable
 
-import sglang_cpu_forkserver as forkserver
+import sglang_cpu_fork
 
 _CONN = "sglang.srt.disaggregation.nixl.conn"
 _PREFILL = "sglang.srt.disaggregation.prefill"
@@ -125,9 +125,8 @@ _PATCHES: dict[str, Callable[[types.ModuleType], None]] = {
     _CONN: _patch_conn, _PREFILL: _patch_prefill, _CONFIG_UTILS: _patch_config_utils,
     **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
     **({_NIXL_API: _patch_nixl_api} if os.environ.get(_NIXL_DELAY_ENV) else {}),
-    **({forkserver.ENGINE_MODULE: forkserver.patch_engine}
-       if os.environ.get(forkserver.ENABLE_ENV) == "1" else {}),
-    **({"psutil": forkserver.patch_psutil} if forkserver.is_engines_forkserver() else {})}
+    **({sglang_cpu_fork.ENGINE_MODULE: sglang_cpu_fork.patch_engine}
+       if os.environ.get(sglang_cpu_fork.ENABLE_ENV) == "1" else {})}
 
 
 @contextlib.contextmanager

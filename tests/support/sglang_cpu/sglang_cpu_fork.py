@@ -1,0 +1,55 @@
+"""Exists only to start SGLang engines faster in tests: their subprocesses are forked.
+
+SGLang starts its scheduler and detokenizer with the `spawn` method: each is a fresh interpreter
+that imports SGLang again, about 5-8 s of CPU each here, and the suite starts dozens of SGLang
+engines on 2 cores. With TEST_SGLANG_FORK=1 (the suite sets it; the benchmarks do not), an
+engine forks them from its own process, which has imported SGLang already (on CPU nothing is
+lost: `spawn` is there for CUDA, which a forked process cannot use). The processes run SGLang's
+own code with the arguments SGLang passes, as under `spawn`, and their parent is the engine's
+process, where SGLang's scheduler, detokenizer and watchdogs send their SIGQUIT.
+
+One thing a fork would otherwise change: the child inherits the worker's signal handling (its
+event loop's handlers, which only wake that loop, and the loop's wakeup descriptor). A spawned
+process starts with the defaults, so each forked child is put back to them first: a SIGTERM to
+the worker's process group ends SGLang's processes as under `spawn`, and a signal to a child
+never wakes the worker's loop.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.util
+import signal
+import types
+from typing import Any
+
+ENABLE_ENV = "TEST_SGLANG_FORK"
+ENGINE_MODULE = "sglang.srt.entrypoints.engine"
+
+
+def patch_engine(module: types.ModuleType) -> None:
+    """SGLang's launch sets `spawn` in `_set_envs_and_config`, before it starts any process."""
+    set_envs = module._set_envs_and_config
+
+    def set_envs_then_fork(server_args: Any) -> None:
+        set_envs(server_args)
+        multiprocessing.set_start_method("fork", force=True)
+        # Run in each of multiprocessing's children, right after the fork. The registry holds
+        # its key weakly: the key is the function itself, which its module keeps.
+        multiprocessing.util.register_after_fork(as_if_spawned, as_if_spawned)
+
+    module._set_envs_and_config = set_envs_then_fork
+
+
+def as_if_spawned(_: object = None) -> None:
+    """A forked child's signal handling as a spawned interpreter's: every handler Python set
+    back to the default (SIGINT to Python's KeyboardInterrupt) and no wakeup descriptor."""
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):  # a signal Python cannot inspect (SIGKILL, SIGSTOP, ...)
+            continue
+        if callable(handler):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                          else signal.SIG_DFL)

@@ -1,0 +1,92 @@
+"""The tests' fork of SGLang's subprocesses (tests/support/sglang_cpu/sglang_cpu_fork.py): the
+start method it sets after SGLang's own launch settings, and that a child is as a spawned one
+where it shows: its parent is the engine's process (where SGLang sends its SIGQUIT), and its
+signal handling is the default (a SIGTERM ends it; no descriptor wakes the worker's loop), though
+the engine's process had an event loop handling SIGTERM when it forked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+
+from harness.topology import REPO, SGLANG_CPU_PATH
+
+# Loaded from its file: putting its folder on this process's path would also expose the
+# stand-ins there (sgl_kernel, torchvision) to every other test in the process.
+_SPEC = importlib.util.spec_from_file_location("sglang_cpu_fork",
+                                               SGLANG_CPU_PATH / "sglang_cpu_fork.py")
+fork = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(fork)
+
+# The engine, as the worker runs it: SGLang's launch (`_set_envs_and_config` sets spawn),
+# patched, called from a running event loop that handles SIGTERM; then a child that reports what
+# it sees and waits to be signalled.
+ENGINE = """
+import asyncio, json, multiprocessing as mp, os, signal, sys
+import sglang_cpu_fork
+from tests.unit.test_sglang_cpu_fork import report
+
+async def main():
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: None)
+    launch = type(sys)("engine")
+    launch._set_envs_and_config = lambda server_args: mp.set_start_method("spawn", force=True)
+    sglang_cpu_fork.patch_engine(launch)
+    launch._set_envs_and_config(None)
+    reader, writer = mp.Pipe(duplex=False)
+    child = mp.Process(target=report, args=(writer,))
+    child.start()
+    seen = reader.recv()
+    os.kill(child.pid, signal.SIGTERM)
+    child.join(30)
+    return {"engine": os.getpid(), "method": mp.get_start_method(), "exit": child.exitcode,
+            **seen}
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def report(conn) -> None:  # runs in the forked child
+    conn.send({"parent": psutil.Process().parent().pid, "ppid": os.getppid(),
+               "sigterm": str(signal.getsignal(signal.SIGTERM)),
+               "wakeup_fd": signal.set_wakeup_fd(-1)})
+    signal.sigtimedwait([], 30)  # the engine's SIGTERM ends the process first (bounded)
+
+
+def run_engine(**env: str) -> dict:
+    path = os.pathsep.join([str(SGLANG_CPU_PATH), str(REPO)])
+    out = subprocess.run([sys.executable, "-c", ENGINE], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": path, **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_engines_children_are_forked_with_the_engine_as_parent_and_default_signals():
+    seen = run_engine(TEST_SGLANG_FORK="1")
+    assert seen["method"] == "fork"
+    assert seen["ppid"] == seen["parent"] == seen["engine"]  # what SGLang signals
+    assert seen["sigterm"] == str(signal.SIG_DFL)
+    assert seen["wakeup_fd"] == -1  # the loop's descriptor is not the child's
+    assert seen["exit"] == -signal.SIGTERM
+
+
+def test_the_patch_keeps_sglangs_launch_and_sets_fork_after_it():
+    calls = []
+    launch = SimpleNamespace(_set_envs_and_config=calls.append)
+    fork.patch_engine(launch)
+    before = multiprocessing.get_start_method(allow_none=True)
+    try:
+        launch._set_envs_and_config("server_args")
+        assert calls == ["server_args"]
+        assert multiprocessing.get_start_method() == "fork"
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+    assert Path(fork.__file__).parent == SGLANG_CPU_PATH
