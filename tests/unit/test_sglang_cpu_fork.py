@@ -1,8 +1,9 @@
 """The tests' fork of SGLang's subprocesses (tests/support/sglang_cpu/sglang_cpu_fork.py): the
 start method it sets after SGLang's own launch settings, and that a child is as a spawned one
-where it shows: its parent is the engine's process (where SGLang sends its SIGQUIT), and its
-signal handling is the default (a SIGTERM ends it; no descriptor wakes the worker's loop), though
-the engine's process had an event loop handling SIGTERM when it forked."""
+where it shows: its parent is the engine's process (where SGLang sends its SIGQUIT), its signal
+handling is the default (a SIGTERM ends it; no descriptor wakes the worker's loop), though the
+engine's process had an event loop handling SIGTERM when it forked, and its metrics go to the
+directory SGLang named after the worker had imported prometheus_client."""
 
 from __future__ import annotations
 
@@ -27,18 +28,24 @@ _SPEC = importlib.util.spec_from_file_location("sglang_cpu_fork",
 fork = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(fork)
 
-# The engine, as the worker runs it: SGLang's launch (`_set_envs_and_config` sets spawn),
-# patched, called from a running event loop that handles SIGTERM; then a child that reports what
-# it sees and waits to be signalled.
+# The engine, as the worker runs it: SGLang's launch (`_set_envs_and_config` sets spawn and the
+# metrics directory), patched, called from a running event loop that handles SIGTERM, in a
+# process that imported prometheus_client; then a child that reports what it sees and waits to
+# be signalled.
 ENGINE = """
-import asyncio, json, multiprocessing as mp, os, signal, sys
+import asyncio, json, multiprocessing as mp, os, signal, sys, tempfile
+import prometheus_client
 import sglang_cpu_fork
 from tests.unit.test_sglang_cpu_fork import report
+
+def set_envs(server_args):
+    mp.set_start_method("spawn", force=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
 
 async def main():
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: None)
     launch = type(sys)("engine")
-    launch._set_envs_and_config = lambda server_args: mp.set_start_method("spawn", force=True)
+    launch._set_envs_and_config = set_envs
     sglang_cpu_fork.patch_engine(launch)
     launch._set_envs_and_config(None)
     reader, writer = mp.Pipe(duplex=False)
@@ -55,7 +62,12 @@ print(json.dumps(asyncio.run(main())))
 
 
 def report(conn) -> None:  # runs in the forked child
+    from prometheus_client import Counter, values
+
+    Counter("forked_total", "a scheduler's metric").inc()
     conn.send({"parent": psutil.Process().parent().pid, "ppid": os.getppid(),
+               "value_class": values.ValueClass.__name__,
+               "metric_files": os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"]),
                "sigterm": str(signal.getsignal(signal.SIGTERM)),
                "wakeup_fd": signal.set_wakeup_fd(-1)})
     signal.sigtimedwait([], 30)  # the engine's SIGTERM ends the process first (bounded)
@@ -76,6 +88,8 @@ def test_the_engines_children_are_forked_with_the_engine_as_parent_and_default_s
     assert seen["sigterm"] == str(signal.SIG_DFL)
     assert seen["wakeup_fd"] == -1  # the loop's descriptor is not the child's
     assert seen["exit"] == -signal.SIGTERM
+    assert seen["value_class"] == "MmapedValue"  # not the in-memory one the worker imported
+    assert seen["metric_files"]  # where the worker's collector reads them
 
 
 def test_the_patch_keeps_sglangs_launch_and_sets_fork_after_it():

@@ -8,11 +8,15 @@ lost: `spawn` is there for CUDA, which a forked process cannot use). The process
 own code with the arguments SGLang passes, as under `spawn`, and their parent is the engine's
 process, where SGLang's scheduler, detokenizer and watchdogs send their SIGQUIT.
 
-One thing a fork would otherwise change: the child inherits the worker's signal handling (its
-event loop's handlers, which only wake that loop, and the loop's wakeup descriptor). A spawned
-process starts with the defaults, so each forked child is put back to them first: a SIGTERM to
-the worker's process group ends SGLang's processes as under `spawn`, and a signal to a child
-never wakes the worker's loop.
+Two things a fork would otherwise change, so each forked child is put back as a spawned one
+first:
+- the signal handling: the child would inherit the worker's (its event loop's handlers, which
+  only wake that loop, and the loop's wakeup descriptor). With the defaults, a SIGTERM to the
+  worker's process group ends SGLang's processes as under `spawn`, and a signal to a child never
+  wakes the worker's loop;
+- `prometheus_client`'s value class, which it picks when imported: the worker imported it before
+  SGLang set PROMETHEUS_MULTIPROC_DIR (with --enable-metrics), and a scheduler keeping its
+  metrics in its own memory instead of the shared directory reports nothing to the worker.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.util
 import signal
+import sys
 import types
 from typing import Any
 
@@ -42,8 +47,12 @@ def patch_engine(module: types.ModuleType) -> None:
 
 
 def as_if_spawned(_: object = None) -> None:
-    """A forked child's signal handling as a spawned interpreter's: every handler Python set
-    back to the default (SIGINT to Python's KeyboardInterrupt) and no wakeup descriptor."""
+    """A forked child as a spawned interpreter: every signal handler Python set back to the
+    default (SIGINT to Python's KeyboardInterrupt), no wakeup descriptor, and prometheus_client's
+    value class chosen from the environment SGLang set."""
+    values = sys.modules.get("prometheus_client.values")
+    if values is not None:
+        values.ValueClass = values.get_value_class()
     signal.set_wakeup_fd(-1)
     for sig in signal.valid_signals():
         try:
