@@ -1,9 +1,11 @@
 """Helper process for the engine contract test: runs the same scripted requests against one
-engine (the embedded CPU engine or SGLang on CPU) through the Engine API and prints, as one JSON
-line, the shape of what came back: chunk keys, meta_info keys, per-chunk deltas, finish
+engine (the embedded CPU engine or SGLang on CPU) through the Engine API, in each input mode
+given (an engine built for each in turn, in this one process), and prints, as one JSON line per
+mode, the shape of what came back: chunk keys, meta_info keys, per-chunk deltas, finish
 reasons, and how errors and aborts surface.
 
-    python -m tests.support.engine_contract_probe --engine cpu|sglang --model DIR [--skip-tokenizer-init]
+    python -m tests.support.engine_contract_probe --engine cpu|sglang --model DIR \
+        --modes tokens,text
 """
 
 from __future__ import annotations
@@ -102,24 +104,28 @@ async def scenarios(engine: Any, skip_tokenizer_init: bool) -> dict[str, Any]:
     return out
 
 
+MODES = {"tokens": True, "text": False}  # mode -> skip_tokenizer_init
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", choices=["cpu", "sglang"], required=True)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--skip-tokenizer-init", action="store_true")
+    parser.add_argument("--modes", default="tokens,text", help="comma-separated: tokens, text")
     ns = parser.parse_args()
 
-    async def run() -> dict[str, Any]:
+    async def run(skip_tokenizer_init: bool) -> dict[str, Any]:
         # SGLang is driven from the loop it was built in (its TokenizerManager binds to it).
-        engine = start_engine(ns.engine, ns.model, ns.skip_tokenizer_init)
+        engine = start_engine(ns.engine, ns.model, skip_tokenizer_init)
         try:
-            return await asyncio.wait_for(scenarios(engine, ns.skip_tokenizer_init), 120)
+            return await asyncio.wait_for(scenarios(engine, skip_tokenizer_init), 120)
         finally:
             engine.shutdown()
 
-    result = asyncio.run(run())
-    sys.stdout.write("CONTRACT " + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    for mode in ns.modes.split(","):
+        result = asyncio.run(run(MODES[mode]))
+        sys.stdout.write(f"CONTRACT {mode} " + json.dumps(result) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The embedded CPU engine against the real SGLang engine (on CPU): the same scripted requests
-through the Engine API (`tests/support/engine_contract_probe.py`, one process per engine and input mode),
-compared on chunk keys, incremental vs cumulative fields, meta_info fields, finish reasons, how
+through the Engine API (`tests/support/engine_contract_probe.py`, one process per engine, the two
+running side by side, each building an engine per input mode in turn), compared on chunk keys, incremental vs cumulative fields, meta_info fields, finish reasons, how
 errors and aborts surface, and n > 1. Cases marked xfail are where the CPU engine does not yet behave
 like SGLang; the handlers are written for SGLang's behaviour.
 """
@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,23 +20,43 @@ from harness.topology import REPO, engine_env
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CPU_DIFFERS = "the CPU engine differs from SGLang here"
+MODES = ("tokens", "text")
 
 
-def probe(engine: str, model: str, skip_tokenizer_init: bool) -> dict:
+def start_probe(engine: str, model: str, out: Path) -> subprocess.Popen:
+    """The probe of `engine` for every mode, its output in files (two run at once)."""
     argv = [sys.executable, "-m", "tests.support.engine_contract_probe", "--engine", engine,
-            "--model", model] + (["--skip-tokenizer-init"] if skip_tokenizer_init else [])
+            "--model", model, "--modes", ",".join(MODES)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **engine_env(engine)}
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("CONTRACT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    return json.loads(lines[-1][len("CONTRACT "):])
+    with open(out / f"{engine}.out", "w") as stdout, open(out / f"{engine}.err", "w") as stderr:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=stdout, stderr=stderr, text=True)
 
 
-@pytest.fixture(scope="module", params=["tokens", "text"])
-def runs(request, tiny_model_path) -> dict:
-    tokens = request.param == "tokens"
-    return {"cpu": probe("cpu", tiny_model_path, tokens),
-            "sglang": probe("sglang", tiny_model_path, tokens), "mode": request.param}
+def probe_results(proc: subprocess.Popen, engine: str, out: Path) -> dict[str, dict]:
+    """mode -> what the probe of `engine` saw."""
+    code = proc.wait(timeout=300)
+    lines = (out / f"{engine}.out").read_text().splitlines()
+    found = dict(line[len("CONTRACT "):].split(" ", 1) for line in lines
+                 if line.startswith("CONTRACT "))
+    assert code == 0 and set(found) == set(MODES), (out / f"{engine}.err").read_text()[-3000:]
+    return {mode: json.loads(result) for mode, result in found.items()}
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory, tiny_model_path) -> dict[str, dict[str, dict]]:
+    out = tmp_path_factory.mktemp("engine-contract")
+    procs = {engine: start_probe(engine, tiny_model_path, out) for engine in ("cpu", "sglang")}
+    try:
+        return {engine: probe_results(proc, engine, out) for engine, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            proc.kill()  # a no-op once it has exited; else a failure left it running
+
+
+@pytest.fixture(scope="module", params=MODES)
+def runs(request, probes) -> dict:
+    return {"cpu": probes["cpu"][request.param], "sglang": probes["sglang"][request.param],
+            "mode": request.param}
 
 
 @pytest.mark.parametrize("case", ["stream", "whole", "abort_after_first"])
