@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import signal
 import time
+from typing import Optional
 
 import httpx
 import pytest
@@ -121,7 +122,16 @@ def test_sglang_broken_kv_path_is_reported_at_once_and_its_requests_get_503s(sgl
                                                   json=body, timeout=PROBE_TIMEOUT_S + 60))
         return r.status_code, time.monotonic() - t0
 
-    first, second = ask(), ask()
+    def reached_decode() -> Optional[tuple[int, float]]:
+        """A request the new decode answered: until the frontend has dropped the killed decode
+        (its etcd lease) and found this one, it answers at once without the decode."""
+        answered = len(log_lines(log, "HTTP 503: the KV path from prefill"))
+        result = ask()
+        return result if len(log_lines(log, "HTTP 503: the KV path from prefill")) > answered \
+            else None
+
+    first = wait_until(reached_decode, PROBE_TIMEOUT_S + 60, "a request to reach the new decode")
+    second = ask()
     print(f"broken KV path: {first[0]} after {first[1]:.1f} s, then {second[0]} after "
           f"{second[1]:.2f} s")
     # The 1.6.1 frontend answers a worker's 503 with its own body, and on a loaded machine now
