@@ -26,6 +26,7 @@ import httpx
 
 from components.worker import hosts
 from harness.child import REPO
+from harness.zygote import ZYGOTES
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -214,9 +215,11 @@ class Stack:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str],
                system_port: int | None = None) -> Proc:
         log_path = self.workdir / f"{name}.log"
-        with open(log_path, "ab") as log:  # the child keeps its own descriptor
-            popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        popen = ZYGOTES.spawn(argv, env, REPO, log_path)  # tests only (harness/zygote.py)
+        if popen is None:
+            with open(log_path, "ab") as log:  # the child keeps its own descriptor
+                popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
         proc = Proc(name, popen, log_path, system_port)
         self.procs[name] = proc
         return proc

@@ -37,6 +37,7 @@ EXIT_BOUND_S = 20.0  # a signalled worker is gone within this (beyond grace + dr
 def stack(tmp_path_factory, tiny_model_path):
     stack = Stack(tmp_path_factory.mktemp("shutdown"), tiny_model_path)
     stack.start_frontend()
+    stack.wait_ready()  # the frontend answers (a worker stopped at once may beat it up)
     yield stack
     stack.stop()
 
@@ -59,7 +60,9 @@ def start(stack: Stack, engine: str, name: str, *extra: str, **env: str):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sigterm_while_the_engine_loads_exits_zero_having_registered_nothing(stack, engine):
     name = f"load-{engine}"
-    proc = start(stack, engine, name)
+    # A plain process: forked from the suite's zygote (harness/zygote.py) the engine loads in
+    # about a second, and the signal, sent once loading shows, can land after it.
+    proc = start(stack, engine, name, TEST_WORKER_ZYGOTE="0")
     wait_until(lambda: f"starting {engine} engine" in proc.log_text(), 60,
                "the engine build to begin", interval=0.02)
     children = [] if engine == "cpu" else wait_until(
