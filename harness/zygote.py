@@ -5,11 +5,11 @@ A worker (`python -m components`) spends most of its start importing torch, tran
 suite starts some 150 workers on 2 cores. With TEST_WORKER_ZYGOTE=1 in a worker's environment
 (opt-in: `TEST_WORKER_ZYGOTE=1 make test`; not yet the suite's default), the harness asks a
 zygote instead: a process of this module that imported those once, single-threaded, and forks a
-child per worker. The child becomes
-what `python -m components ARGS` would be: its own session (so its process group is its pid, as
-with `start_new_session`), the worker's environment, working directory and log file as stdout and
-stderr, fresh random seeds, a bare root logger, the worker's command line as its title, and the
-worker's `__main__` run by `runpy`; its exit (a code, or -signal) is what the zygote reaped. `ZygoteProcess` gives the harness the part of
+child per worker. The child becomes what `python -m components ARGS` would be: its own session
+(so its process group is its pid, as with `start_new_session`), the worker's environment,
+working directory and log file as stdout and stderr, fresh random seeds, a bare root logger, the
+worker's command line as its title, and the worker's `__main__` run by `runpy`; its exit (a code,
+or -signal) is what the zygote reaped. `ZygoteProcess` gives the harness the part of
 `subprocess.Popen` it uses.
 
 Modules may read the environment when imported (SGLang reads some SGLANG_ variables so), so a
@@ -28,6 +28,7 @@ import os
 import random
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -89,7 +90,7 @@ class ZygoteProcess:
             os.kill(self.pid, sig)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 class _Zygotes:
@@ -203,8 +204,9 @@ def serve(engine: str, path: str) -> None:
 
     for module in PRELOAD[engine]:
         importlib.import_module(module)
-    if _threads() != 1:
-        raise SystemExit(f"zygote: {_threads()} threads after preloading; not forking")
+    threads = _threads()
+    if threads != 1:
+        raise SystemExit(f"zygote: {threads} threads after preloading; not forking")
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # the client waits for this path

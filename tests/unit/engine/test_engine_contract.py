@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from harness.topology import REPO, engine_env
+from tests.support.engine_contract_probe import MODES as PROBE_MODES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CPU_DIFFERS = "the CPU engine differs from SGLang here"
-MODES = ("tokens", "text")
+MODES = tuple(PROBE_MODES)
 
 
 def start_probe(engine: str, model: str, out: Path) -> subprocess.Popen:
