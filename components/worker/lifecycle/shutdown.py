@@ -97,7 +97,7 @@ class StopSignals:
     def __init__(self, startup: "asyncio.Task[Any]", workers: TokenizerWorkers | None) -> None:
         self._startup = startup
         self._workers = workers
-        self.worker: Any = None  # components.worker.main.Worker, once it serves
+        self.worker: Any = None  # components.worker.serving.Worker, once it serves
         self.interrupted = False
         self.engine_lost = False
         self._stop: asyncio.Future[Any] | None = None

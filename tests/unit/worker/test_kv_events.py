@@ -193,7 +193,7 @@ def test_the_workers_a_kv_router_reads_publish_and_the_engine_never_sees_the_fla
         monkeypatch, mode, orchestrator, extra, publishes):
     from components.backends import select as backend_select
     from components.worker.flags.config import parse_args
-    from components.worker.main import publishes_kv_events
+    from components.worker.serving import publishes_kv_events
 
     monkeypatch.setattr(backend_select, "cuda_available", lambda: False)
     cfg = parse_args(["--engine", "cpu", "--model-path", "/models/tiny", "--disaggregation-mode",

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from components.backends import select as backend_select
-from components.worker import main as worker
+from components.worker import serving as worker
 from components.worker.lifecycle import register
 from components.worker.flags.config import parse_args
 from components.backends.limits import EngineLimits
