@@ -24,6 +24,8 @@ from handlers.core.live import LiveRequests
 
 logger = logging.getLogger(__name__)
 
+REGISTRATION_WAIT_S = 30.0  # for a registration under way when a stop signal comes
+
 
 def publishes_kv_events(config: WorkerConfig) -> bool:
     """With --kv-events-config, the workers a KV router reads: aggregated ones and
@@ -46,6 +48,8 @@ class Worker:
         self.live = live if live is not None else LiveRequests()
         self.endpoint = runtime.endpoint(config.dynamo.endpoint)
         self.registered = False
+        self.ready = False  # registered (where the role registers), and not stopping
+        self._registration: asyncio.Future[None] | None = None
         self.serving: asyncio.Future[Any] | None = None
         self._stopping = False
         self._orphaned = asyncio.Event()
@@ -67,30 +71,41 @@ class Worker:
         ))
         try:
             if self.config.role.registers:
-                limits = self.config.backend.limits(self.engine)
-                bootstrap = (bootstrap_endpoint(self.config, self.engine)
-                             if self.config.role.prefill else None)
-                kv_events = publishes_kv_events(self.config)
-                if kv_events:
-                    await self.kv_publishing.start(self.endpoint, self.config.backend,
-                                                   self.engine, limits.page_size,
-                                                   self.config.kv_events_config,
-                                                   local_indexer(self.config.role),
-                                                   limits.kv_block_size)
-                await register_served_model(self.endpoint, self.config, limits, bootstrap,
-                                            kv_events)
-                self.registered = True
-            logger.info("worker ready: %s serving %s", self.config.role.mode.value,
-                        self.config.dynamo.endpoint)
+                self._registration = asyncio.ensure_future(self._register())
+                await self._registration
+            if self._stopping:  # a signal while the model registered: stop() undid it
+                logger.info("stopped during startup: nothing was served")
+            else:
+                self.ready = True
+                logger.info("worker ready: %s serving %s", self.config.role.mode.value,
+                            self.config.dynamo.endpoint)
             await serving
         except asyncio.CancelledError:
-            if not (self._stopping and serving.cancelled()):  # not the drain giving up
+            if not self._stop_gave_up():
                 self.runtime.shutdown()
                 raise
         except BaseException:
             # A failed registration must not leave a half-served endpoint behind.
             self.runtime.shutdown()
             raise
+
+    def _stop_gave_up(self) -> bool:
+        """The stop cancelled the serving (its drain ran out) or the registration (too slow)."""
+        registration = self._registration
+        return self._stopping and (self.serving.cancelled() or (
+            registration is not None and registration.cancelled()))
+
+    async def _register(self) -> None:
+        limits = self.config.backend.limits(self.engine)
+        bootstrap = (bootstrap_endpoint(self.config, self.engine)
+                     if self.config.role.prefill else None)
+        kv_events = publishes_kv_events(self.config)
+        if kv_events:
+            await self.kv_publishing.start(self.endpoint, self.config.backend, self.engine,
+                                           limits.page_size, self.config.kv_events_config,
+                                           local_indexer(self.config.role), limits.kv_block_size)
+        await register_served_model(self.endpoint, self.config, limits, bootstrap, kv_events)
+        self.registered = True
 
     def orphan(self, reason: str = "the engine process exited") -> None:
         """The engine's process (an attached process's engine process, or a subprocess of the
@@ -108,6 +123,7 @@ class Worker:
             return
         self._stopping = True
         logger.info("shutting down: unregistering %s", self.config.dynamo.endpoint)
+        await self._registered_or_cancelled()
         if self.registered:
             # Removes the model card and this endpoint instance (observed with 1.6.1).
             await unregister_served_model(self.endpoint)
@@ -117,7 +133,7 @@ class Worker:
             except Exception as exc:  # runtime errors are bare Exceptions; shutdown goes on
                 logger.warning("unregistering the endpoint instance failed: %s", exc)
         grace = get_grace_period_seconds()  # Dynamo's DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS
-        if grace > 0 and self.serving is not None and not self._orphaned.is_set():
+        if grace > 0 and self.ready and not self._orphaned.is_set():  # routers knew it
             logger.info("serving on for the %.1f s grace period", grace)
             try:
                 await asyncio.wait_for(self._orphaned.wait(), grace)
@@ -128,3 +144,15 @@ class Worker:
             await drain(self.serving, self.live, self.config.drain_timeout)
         if self.config.role.prefill and not self._orphaned.is_set():
             await settle(self.live)
+
+    async def _registered_or_cancelled(self) -> None:
+        """A signal while the model registers: let the registration finish (bounded), so the
+        stop undoes all of it, rather than leave a model card that a late registration wrote
+        after the stop had unregistered."""
+        if self._registration is None or self._registration.done():
+            return
+        done, _ = await asyncio.wait({self._registration}, timeout=REGISTRATION_WAIT_S)
+        if not done:
+            logger.warning("the model's registration took over %g s; stopping without it",
+                           REGISTRATION_WAIT_S)
+            self._registration.cancel()
