@@ -60,9 +60,11 @@ def start(stack: Stack, engine: str, name: str, *extra: str, **env: str):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sigterm_while_the_engine_loads_exits_zero_having_registered_nothing(stack, engine):
     name = f"load-{engine}"
-    # A plain process even with TEST_WORKER_ZYGOTE=1: forked from a zygote (harness/zygote.py)
-    # the engine loads in about a second, and the signal, sent once loading shows, lands after.
-    proc = start(stack, engine, name, TEST_WORKER_ZYGOTE="0")
+    # SGLang's scheduler takes 60 s to load (tests/support/sglang_cpu/sitecustomize.py), so the
+    # signal, sent once loading shows, lands during the load; the tiny model alone loads in about
+    # a second. A plain process: forked from a zygote (harness/zygote.py), the CPU engine's
+    # load is as short.
+    proc = start(stack, engine, name, TEST_WORKER_ZYGOTE="0", TEST_SGLANG_SLOW_LOAD_S="60")
     wait_until(lambda: f"starting {engine} engine" in proc.log_text(), 60,
                "the engine build to begin", interval=0.02)
     children = [] if engine == "cpu" else wait_until(

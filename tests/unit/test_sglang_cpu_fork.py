@@ -3,7 +3,9 @@ start method it sets after SGLang's own launch settings, and that a child is as 
 where it shows: its parent is the engine's process (where SGLang sends its SIGQUIT), its signal
 handling is the default (a SIGTERM ends it; no descriptor wakes the worker's loop), though the
 engine's process had an event loop handling SIGTERM when it forked, and its metrics go to the
-directory SGLang named after the worker had imported prometheus_client."""
+directory SGLang named after the worker had imported prometheus_client; and a SIGTERM that comes
+while the engine's process forks is handled once the fork returns, not dropped in an at-fork
+hook."""
 
 from __future__ import annotations
 
@@ -69,13 +71,44 @@ def report(conn) -> None:  # runs in the forked child
                "value_class": values.ValueClass.__name__,
                "metric_files": os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"]),
                "sigterm": str(signal.getsignal(signal.SIGTERM)),
+               "blocked": sorted(s.name for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
                "wakeup_fd": signal.set_wakeup_fd(-1)})
     signal.sigtimedwait([], 30)  # the engine's SIGTERM ends the process first (bounded)
 
 
-def run_engine(**env: str) -> dict:
+# The worker's startup handler raises on SIGTERM; here the signal comes during the fork itself
+# (from an at-fork hook in the parent, where logging has one too).
+SIGNALLED_FORK = """
+import json, multiprocessing as mp, os, signal, sys, time
+import psutil
+import sglang_cpu_fork
+
+class Stop(BaseException):
+    pass
+
+def stop(signum, frame):
+    raise Stop()
+
+signal.signal(signal.SIGTERM, stop)
+launch = type(sys)("engine")
+launch._set_envs_and_config = lambda server_args: None
+sglang_cpu_fork.patch_engine(launch)
+launch._set_envs_and_config(None)
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGTERM))
+try:
+    mp.Process(target=time.sleep, args=(30,)).start()
+    seen = "lost"
+except Stop:
+    seen = "stopped"
+for child in psutil.Process().children():
+    child.kill()
+print(json.dumps({"signal": seen}))
+"""
+
+
+def run_engine(script: str = ENGINE, **env: str) -> dict:
     path = os.pathsep.join([str(SGLANG_CPU_PATH), str(REPO)])
-    out = subprocess.run([sys.executable, "-c", ENGINE], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
                          timeout=60, env={**os.environ, "PYTHONPATH": path, **env})
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -86,10 +119,15 @@ def test_the_engines_children_are_forked_with_the_engine_as_parent_and_default_s
     assert seen["method"] == "fork"
     assert seen["ppid"] == seen["parent"] == seen["engine"]  # what SGLang signals
     assert seen["sigterm"] == str(signal.SIG_DFL)
+    assert not {"SIGTERM", "SIGINT"} & set(seen["blocked"])  # held off only in the parent
     assert seen["wakeup_fd"] == -1  # the loop's descriptor is not the child's
     assert seen["exit"] == -signal.SIGTERM
     assert seen["value_class"] == "MmapedValue"  # not the in-memory one the worker imported
     assert seen["metric_files"]  # where the worker's collector reads them
+
+
+def test_a_sigterm_while_the_engine_forks_is_handled_after_the_fork_not_dropped():
+    assert run_engine(SIGNALLED_FORK) == {"signal": "stopped"}
 
 
 def test_the_patch_keeps_sglangs_launch_and_sets_fork_after_it():

@@ -8,6 +8,11 @@ lost: `spawn` is there for CUDA, which a forked process cannot use). The process
 own code with the arguments SGLang passes, as under `spawn`, and their parent is the engine's
 process, where SGLang's scheduler, detokenizer and watchdogs send their SIGQUIT.
 
+A stop signal is held off (blocked) while the engine's process forks: Python runs its at-fork
+hooks there (logging's, for one), and an exception a signal handler raises inside one is printed
+and dropped, so a worker's SIGTERM during its engine's load would be lost; under `spawn` no
+Python runs in the parent's fork. Unblocked, it is handled as soon as the fork returns.
+
 Two things a fork would otherwise change, so each forked child is put back as a spawned one
 first:
 - the signal handling: the child would inherit the worker's (its event loop's handlers, which
@@ -22,6 +27,7 @@ first:
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.popen_fork
 import multiprocessing.util
 import signal
 import sys
@@ -30,6 +36,7 @@ from typing import Any
 
 ENABLE_ENV = "TEST_SGLANG_FORK"
 ENGINE_MODULE = "sglang.srt.entrypoints.engine"
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def patch_engine(module: types.ModuleType) -> None:
@@ -44,12 +51,25 @@ def patch_engine(module: types.ModuleType) -> None:
         multiprocessing.util.register_after_fork(as_if_spawned, as_if_spawned)
 
     module._set_envs_and_config = set_envs_then_fork
+    launch = multiprocessing.popen_fork.Popen._launch
+    if getattr(launch, "holds_stop_signals", False):
+        return
+
+    def launch_holding_stop_signals(self: Any, process_obj: Any) -> None:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            launch(self, process_obj)  # the child never returns from it (as_if_spawned unblocks)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    launch_holding_stop_signals.holds_stop_signals = True  # type: ignore[attr-defined]
+    multiprocessing.popen_fork.Popen._launch = launch_holding_stop_signals
 
 
 def as_if_spawned(_: object = None) -> None:
     """A forked child as a spawned interpreter: every signal handler Python set back to the
-    default (SIGINT to Python's KeyboardInterrupt), no wakeup descriptor, and prometheus_client's
-    value class chosen from the environment SGLang set."""
+    default (SIGINT to Python's KeyboardInterrupt), the stop signals unblocked, no wakeup
+    descriptor, and prometheus_client's value class chosen from the environment SGLang set."""
     values = sys.modules.get("prometheus_client.values")
     if values is not None:
         values.ValueClass = values.get_value_class()
@@ -62,3 +82,4 @@ def as_if_spawned(_: object = None) -> None:
         if callable(handler):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
                           else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

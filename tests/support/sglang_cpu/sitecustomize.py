@@ -28,6 +28,9 @@ modules are adjusted right after they load.
   real class (5.24, SGLang 0.5.23's) is left as it is.
 - `entrypoints.engine` (with TEST_SGLANG_FORK set): SGLang's subprocesses are forked from the
   engine's process (`sglang_cpu_fork.py`).
+- `managers.scheduler` (with TEST_SGLANG_SLOW_LOAD_S set): the scheduler waits that long before
+  it builds its model, a stand-in for a large model's load, so a test's signal surely lands
+  while the engine loads (the tiny model loads in about a second).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import time
 import types
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -47,7 +51,9 @@ _CONN = "sglang.srt.disaggregation.nixl.conn"
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _NIXL_API = "nixl_cu13._api"
 _CONFIG_UTILS = "sglang.srt.configs.utils"
+_SCHEDULER = "sglang.srt.managers.scheduler"
 _NIXL_DELAY_ENV = "TEST_NIXL_PROGRESS_DELAY_US"
+_SLOW_LOAD_ENV = "TEST_SGLANG_SLOW_LOAD_S"
 _NEEDS_TORCHVISION = frozenset({"sglang.srt.configs.deepseek_ocr",
                                 "sglang.srt.multimodal.internvl_utils"})
 _TORCHVISION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -117,6 +123,17 @@ def _patch_config_utils(module: types.ModuleType) -> None:
         module.AutoImageProcessor = real
 
 
+def _patch_scheduler(module: types.ModuleType) -> None:
+    real_init = module.Scheduler.__init__
+    seconds = float(os.environ[_SLOW_LOAD_ENV])
+
+    def slow_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        time.sleep(seconds)  # the load itself: nothing to wait for
+        real_init(self, *args, **kwargs)
+
+    module.Scheduler.__init__ = slow_init
+
+
 def _no_patch(module: types.ModuleType) -> None:
     del module
 
@@ -125,6 +142,7 @@ _PATCHES: dict[str, Callable[[types.ModuleType], None]] = {
     _CONN: _patch_conn, _PREFILL: _patch_prefill, _CONFIG_UTILS: _patch_config_utils,
     **dict.fromkeys(_NEEDS_TORCHVISION, _no_patch),
     **({_NIXL_API: _patch_nixl_api} if os.environ.get(_NIXL_DELAY_ENV) else {}),
+    **({_SCHEDULER: _patch_scheduler} if os.environ.get(_SLOW_LOAD_ENV) else {}),
     **({sglang_cpu_fork.ENGINE_MODULE: sglang_cpu_fork.patch_engine}
        if os.environ.get(sglang_cpu_fork.ENABLE_ENV) == "1" else {})}
 
