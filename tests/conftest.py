@@ -34,9 +34,9 @@ def pytest_report_header() -> str:
 # engine's process, which imported SGLang already: tests/support/sglang_cpu/sitecustomize.py.
 os.environ.setdefault("TEST_NIXL_PROGRESS_DELAY_US", "1000")
 os.environ.setdefault("TEST_SGLANG_FORK", "1")
-# TEST_WORKER_ZYGOTE=1 (opt-in, not yet the default) forks every worker the harness starts from a
-# zygote that imported the worker's modules once (harness/zygote.py): from a fresh clone here the
-# suite took 585 s instead of 832 s, but three tests failed under it that pass without it.
+# Every worker the harness starts is forked from a zygote that imported the worker's modules once
+# (harness/zygote.py); TEST_WORKER_ZYGOTE=0 starts each as a plain process.
+os.environ.setdefault("TEST_WORKER_ZYGOTE", "1")
 
 
 @pytest.fixture(scope="session")
