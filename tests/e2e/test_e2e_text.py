@@ -101,11 +101,11 @@ def _long_text(min_tokens: int, tokenizer) -> str:
 
 
 def test_long_preprocessing_does_not_stall_other_streams(text_stack, tokenizer):
-    """A >= 500k-token prompt is templated and tokenized (then rejected: longer than the
+    """A >= 1M-token prompt is templated and tokenized (then rejected: longer than the
     context) while short streams on the same decode worker keep receiving tokens. The short
     streams follow one another until the long request has ended, so a slow tokenization on a
     loaded machine cannot outlast them."""
-    long_text = _long_text(500_000, tokenizer)
+    long_text = _long_text(1_000_000, tokenizer)
     short = {"model": DISAGG, "messages": user("keep talking"), "max_tokens": 1800,
              "temperature": 0.0, "ignore_eos": True, "stream": True}
     arrivals: list[float] = []
@@ -151,10 +151,12 @@ def test_long_preprocessing_does_not_stall_other_streams(text_stack, tokenizer):
     # long one: not a stall).
     gaps = [arrivals[i] - arrivals[i - 1] for i in range(1, len(arrivals))
             if i not in starts and arrivals[i] >= t0 and arrivals[i - 1] <= t1]
-    assert preprocess_s > 0.3, f"preprocessing took only {preprocess_s:.3f}s: not a test"
+    assert preprocess_s > 0.6, f"preprocessing took only {preprocess_s:.3f}s: not a test"
     assert len(gaps) >= 5, f"only {len(gaps)} tokens arrived in {preprocess_s:.2f}s"
     print(f"long request {preprocess_s:.2f}s, max token gap {max(gaps) * 1000:.0f}ms")
-    assert max(gaps) < preprocess_s / 3, (max(gaps), preprocess_s)
+    # Tokenized on the event loop, the longest gap would be about the whole tokenization; a
+    # machine the suite keeps busy gives gaps of a few tenths of a second either way.
+    assert max(gaps) < preprocess_s / 2, (max(gaps), preprocess_s)
 
 
 def test_text_chat_logprobs_match_transformers_and_aggregated(text_stack, http, tokenizer,
