@@ -95,7 +95,9 @@ WITNESS_BODY = {"messages": user("Tell me a story about a lighthouse."), "max_to
 
 
 def _solo(url: str, model: str) -> StreamResult:
-    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
+    # trust_env=False: reading the proxy variables walks os.environ, which pytest changes
+    # (PYTEST_CURRENT_TEST) between tests while a witness thread runs (a KeyError killed one).
+    with httpx.Client(timeout=REQUEST_TIMEOUT_S, trust_env=False) as http:
         return stream(http, url, "chat/completions", {"model": model, **WITNESS_BODY})
 
 
