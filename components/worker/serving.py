@@ -17,7 +17,7 @@ from components.worker.metrics.metrics_export import expose_metrics
 from components.worker.metrics.worker_metrics import WorkerMetrics
 from components.worker.lifecycle.register import (local_indexer, register_served_model,
                                                   unregister_served_model)
-from components.worker.lifecycle.runtime import translate_errors
+from components.worker.lifecycle.endpoint import endpoint
 from components.worker.lifecycle.shutdown import drain, settle
 from components.worker.lifecycle.tokenizer_workers import engine_pid
 from handlers.core.live import LiveRequests
@@ -64,8 +64,7 @@ class Worker:
         """Serve the endpoint and register the model concurrently (every role but a
         decode-orchestrated prefill, which serves a private endpoint)."""
         serving = self.serving = asyncio.ensure_future(self.endpoint.serve_endpoint(
-            translate_errors(self.metrics.instrument(
-                handler.generate, streams_tokens=self.config.role.streams_tokens)),
+            endpoint(handler.generate, self.metrics, self.config.role.streams_tokens),
             graceful_shutdown=True,
             health_check_payload=health_check_payload(self.config, self.engine),
         ))

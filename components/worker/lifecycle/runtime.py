@@ -7,10 +7,8 @@
   What the prefill worker rejected as the client's error (`InvalidArgument`, or a `ValueError`,
   which the runtime re-raises with an "InvalidRequest: ValueError: " prefix) becomes the
   handlers' `RequestError`, so disaggregated mode answers 400 with the same message as
-  aggregated mode.
-- `translate_errors` wraps a handler's `generate`: `RequestError` becomes Dynamo's
-  `InvalidArgument` (HTTP 400 with the message), `PrefillUnavailable` an `HttpError(503)`;
-  other failures stay exceptions (HTTP 500).
+  aggregated mode. (The other way, a handler's errors to the frontend's statuses, is
+  components/worker/lifecycle/endpoint.py.)
 """
 
 from __future__ import annotations
@@ -21,11 +19,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
-from dynamo.llm.exceptions import HttpError, InvalidArgument
+from dynamo.llm.exceptions import InvalidArgument
 from dynamo.runtime import Context
 
 from components.worker.lifecycle.backoff import Backoff
-from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
+from handlers.core.errors import PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -184,31 +182,3 @@ def _unlink(watcher: Optional[Any], child: Any, completed: bool) -> None:
 async def _link(parent: Any, child: Any) -> None:
     await parent.async_killed_or_stopped()
     child.stop_generating()
-
-
-def translate_errors(generate: Handler) -> Handler:
-    """Wrap a handler so the frontend shows client errors as HTTP 400 with their message."""
-
-    async def endpoint(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
-        try:
-            async for item in generate(request, context):
-                yield item
-        except RequestError as exc:
-            logger.info("request %s rejected: %s", _request_id(context), exc)
-            raise InvalidArgument(str(exc)) from None
-        except (PrefillUnavailable, EngineUnavailable) as exc:
-            # The 1.6.1 frontend shows a 503 with its own words ("Internal server error", or
-            # "Service temporarily unavailable" in a stream): the reason is logged here.
-            logger.warning("request %s: %s", _request_id(context), exc)
-            raise HttpError(503, str(exc)) from None
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("request %s failed", _request_id(context))
-            raise
-
-    return endpoint
-
-
-def _request_id(context: Any) -> str:
-    return context.id() if context is not None else "-"

@@ -22,13 +22,13 @@ Measured here, per worker:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from handlers.core.outcome import Outcome, outcome_of, outcome_of_stream
+from handlers.core.outcome import Outcome
 from handlers.text.preprocess import Preprocessor
 
 from components.worker.metrics.loop_lag import LoopLagMonitor
@@ -39,11 +39,10 @@ LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0)
 
-Handler = Callable[..., AsyncIterator[dict[str, Any]]]
-
 
 class WorkerMetrics:
-    """One registry per worker process; `instrument` wraps the endpoint's handler."""
+    """One registry per worker process; the endpoint (components/worker/lifecycle/endpoint.py)
+    times each request with `start_request`."""
 
     def __init__(self, engine: Any) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -70,36 +69,10 @@ class WorkerMetrics:
         # engine; components/worker/metrics/sglang_metrics.py); SGLang measures its own.
         self.sglang: Optional[Any] = None
 
-    def instrument(self, generate: Handler, streams_tokens: bool = True) -> Handler:
-        """Count `generate`'s requests by outcome and time their items; a prefill worker's
-        (`streams_tokens=False`) items are hand-off messages, not tokens: no ITL."""
-
-        async def endpoint(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
-            start = last = time.monotonic()
-            first, outcome, finish = True, Outcome.ERROR, None
-            self.lag.request_started()
-            try:
-                async for item in generate(request, context):
-                    now = time.monotonic()
-                    if first:
-                        self._first(now - start)
-                        first = False
-                    elif streams_tokens:
-                        self._gap(now - last, max(1, _tokens_in(item)))
-                    last = now
-                    finish = _finish_reason(item) or finish
-                    yield item
-                outcome = outcome_of_stream(finish, context is not None and context.is_stopped())
-                if self.sglang is not None and outcome is Outcome.SUCCESS:
-                    self.sglang.observe_e2e(time.monotonic() - start)
-            except BaseException as exc:
-                outcome = outcome_of(exc)
-                raise
-            finally:
-                self.lag.request_finished()
-                self.requests.labels(outcome.value).inc()
-
-        return endpoint
+    def start_request(self, streams_tokens: bool = True) -> "RequestTiming":
+        """A request arrived at the endpoint (components/worker/lifecycle/endpoint.py); a prefill
+        worker's (`streams_tokens=False`) items are hand-off messages, not tokens: no ITL."""
+        return RequestTiming(self, streams_tokens)
 
     def _first(self, seconds: float) -> None:
         self.ttft.observe(seconds)
@@ -113,6 +86,36 @@ class WorkerMetrics:
 
     def timed_preprocessor(self, tokenizer: Any) -> Preprocessor:
         return TimedPreprocessor(tokenizer, self.preprocess.observe)
+
+
+class RequestTiming:
+    """One request at the endpoint: its first item (TTFT), the gaps between items (ITL, per
+    token they carry) and its last finish reason; `end` counts it by its outcome."""
+
+    def __init__(self, metrics: WorkerMetrics, streams_tokens: bool) -> None:
+        self._metrics = metrics
+        self._streams_tokens = streams_tokens
+        self._start = self._last = time.monotonic()
+        self._first = True
+        self.finish: Optional[str] = None
+        metrics.lag.request_started()
+
+    def item(self, item: Any) -> None:
+        now = time.monotonic()
+        if self._first:
+            self._metrics._first(now - self._start)
+            self._first = False
+        elif self._streams_tokens:
+            self._metrics._gap(now - self._last, max(1, _tokens_in(item)))
+        self._last = now
+        self.finish = _finish_reason(item) or self.finish
+
+    def end(self, outcome: Outcome) -> None:
+        metrics = self._metrics
+        if metrics.sglang is not None and outcome is Outcome.SUCCESS:
+            metrics.sglang.observe_e2e(time.monotonic() - self._start)
+        metrics.lag.request_finished()
+        metrics.requests.labels(outcome.value).inc()
 
 
 class TimedPreprocessor(Preprocessor):

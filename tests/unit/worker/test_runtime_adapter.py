@@ -7,11 +7,11 @@ are Dynamo's own)."""
 import asyncio
 
 import pytest
-from dynamo.llm.exceptions import HttpError, InvalidArgument
+from dynamo.llm.exceptions import InvalidArgument
 
 from components.worker.lifecycle.backoff import Backoff
-from components.worker.lifecycle.runtime import RuntimePrefillClient, translate_errors
-from handlers.core.errors import EngineUnavailable, PrefillUnavailable, RequestError
+from components.worker.lifecycle.runtime import RuntimePrefillClient
+from handlers.core.errors import PrefillUnavailable, RequestError
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -217,32 +217,6 @@ async def test_other_prefill_failures_stay_what_they_are():
     stream = await prefill.generate({}, None)
     with pytest.raises(RuntimeError, match="engine died"):
         _ = [item async for item in stream]
-
-
-async def test_an_unavailable_prefill_is_a_503_and_a_request_error_a_400():
-    async def unavailable(request, context=None):
-        raise PrefillUnavailable("prefill worker did not respond within 5 s")
-        yield {}
-
-    async def rejected(request, context=None):
-        raise RequestError("temperature: must be >= 0")
-        yield {}
-
-    with pytest.raises(HttpError) as info:
-        _ = [x async for x in translate_errors(unavailable)({}, None)]
-    assert info.value.code == 503 and "did not respond within 5 s" in info.value.message
-    with pytest.raises(InvalidArgument, match="temperature: must be >= 0"):
-        _ = [x async for x in translate_errors(rejected)({}, None)]
-
-
-async def test_an_engine_that_turns_a_request_away_is_a_503():
-    async def busy(request, context=None):
-        raise EngineUnavailable("engine unavailable: The request queue is full.")
-        yield {}
-
-    with pytest.raises(HttpError) as info:
-        _ = [x async for x in translate_errors(busy)({}, None)]
-    assert info.value.code == 503
 
 
 async def test_a_request_the_prefill_engine_refused_is_the_clients_error():

@@ -19,6 +19,7 @@ from components.backends.cpu import CpuBackend
 from components.backends.load import KvLoad
 from components.backends.sglang import SglangBackend
 from components.engine.api.totals import Totals
+from components.worker.lifecycle.endpoint import endpoint
 from components.worker.metrics.component_gauges import ComponentGauges
 from components.worker.metrics.worker_metrics import WorkerMetrics
 from components.worker.metrics.sglang_metrics import (CpuSglangCollector, SglangPassthrough,
@@ -101,7 +102,7 @@ def test_request_histograms_use_sglangs_names_and_buckets_fed_by_the_endpoint():
             yield item
 
     async def drain():
-        return [item async for item in m.instrument(generate)({})]
+        return [item async for item in endpoint(generate, m)({})]
 
     asyncio.run(drain())
     got = families(m.registry)
