@@ -92,7 +92,8 @@ def take_sigquit(worker: Any) -> None:
 
 class StopSignals:
     """Where SIGTERM/SIGINT go once the loop owns them: during startup they cancel it (the
-    worker exits 0 having served nothing); once serving, to the worker's graceful stop."""
+    worker exits 0 having served nothing); once serving, to the worker's graceful stop, which
+    first undoes a model registration still under way (components/worker/serving.py)."""
 
     def __init__(self, startup: "asyncio.Task[Any]", workers: TokenizerWorkers | None) -> None:
         self._startup = startup
