@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
 from dynamo.llm.exceptions import InvalidArgument
@@ -26,8 +25,6 @@ from components.worker.lifecycle.backoff import Backoff
 from handlers.core.errors import PrefillUnavailable, RequestError
 
 logger = logging.getLogger(__name__)
-
-Handler = Callable[..., AsyncIterator[dict[str, Any]]]
 
 # The runtime reports a refused connection as a plain Exception with this prefix (1.6.1).
 _CONNECT_FAILED = "Unavailable: TCP connection"

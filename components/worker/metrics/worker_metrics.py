@@ -74,16 +74,6 @@ class WorkerMetrics:
         worker's (`streams_tokens=False`) items are hand-off messages, not tokens: no ITL."""
         return RequestTiming(self, streams_tokens)
 
-    def _first(self, seconds: float) -> None:
-        self.ttft.observe(seconds)
-        if self.sglang is not None:
-            self.sglang.observe_ttft(seconds)
-
-    def _gap(self, seconds: float, tokens: int) -> None:
-        self.itl.observe(seconds / tokens)
-        if self.sglang is not None:
-            self.sglang.observe_itl(seconds / tokens, tokens)
-
     def timed_preprocessor(self, tokenizer: Any) -> Preprocessor:
         return TimedPreprocessor(tokenizer, self.preprocess.observe)
 
@@ -96,19 +86,29 @@ class RequestTiming:
         self._metrics = metrics
         self._streams_tokens = streams_tokens
         self._start = self._last = time.monotonic()
-        self._first = True
+        self._items = 0
         self.finish: Optional[str] = None
         metrics.lag.request_started()
 
     def item(self, item: Any) -> None:
         now = time.monotonic()
-        if self._first:
-            self._metrics._first(now - self._start)
-            self._first = False
+        if self._items == 0:
+            self._first(now - self._start)
         elif self._streams_tokens:
-            self._metrics._gap(now - self._last, max(1, _tokens_in(item)))
+            self._gap(now - self._last, max(1, _tokens_in(item)))
+        self._items += 1
         self._last = now
         self.finish = _finish_reason(item) or self.finish
+
+    def _first(self, seconds: float) -> None:
+        self._metrics.ttft.observe(seconds)
+        if self._metrics.sglang is not None:
+            self._metrics.sglang.observe_ttft(seconds)
+
+    def _gap(self, seconds: float, tokens: int) -> None:
+        self._metrics.itl.observe(seconds / tokens)
+        if self._metrics.sglang is not None:
+            self._metrics.sglang.observe_itl(seconds / tokens, tokens)
 
     def end(self, outcome: Outcome) -> None:
         metrics = self._metrics
