@@ -4,13 +4,13 @@ A worker (`python -m components`) spends most of its start importing torch, tran
 `--engine sglang`, SGLang: about 2 s of CPU on the CPU engine and 7 s on SGLang here, and the
 suite starts some 150 workers on 2 cores. With TEST_WORKER_ZYGOTE=1 in a worker's environment
 (the suite's default, tests/conftest.py; `TEST_WORKER_ZYGOTE=0 make test` starts plain
-processes), the harness asks a zygote instead: a process of this module that imported those once, single-threaded, and forks a
-child per worker. The child becomes what `python -m components ARGS` would be: its own session
-(so its process group is its pid, as with `start_new_session`), the worker's environment,
-working directory and log file as stdout and stderr, fresh random seeds, a bare root logger, the
-worker's command line as its title, and the worker's `__main__` run by `runpy`; its exit (a code,
-or -signal) is what the zygote reaped. `ZygoteProcess` gives the harness the part of
-`subprocess.Popen` it uses.
+processes), the harness asks a zygote instead: a process of this module that imported those
+once, single-threaded, and forks a child per worker. The child becomes what `python -m
+components ARGS` would be: its own session (so its process group is its pid, as with
+`start_new_session`), the worker's environment, working directory and log file as stdout and
+stderr, fresh random seeds, a bare root logger, the worker's command line as its title, and the
+worker's `__main__` run by `runpy`; its exit (a code, or -signal) is what the zygote reaped.
+`ZygoteProcess` gives the harness the part of `subprocess.Popen` it uses.
 
 Modules may read the environment when imported (SGLang reads some SGLANG_ variables so), so a
 zygote serves only workers whose environment equals its own but for the variables read when the

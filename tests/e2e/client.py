@@ -61,24 +61,34 @@ def apply_event(result: StreamResult, data: dict[str, Any]) -> None:
 
 
 def stream(http: httpx.Client, url: str, path: str, body: dict[str, Any],
-           on_first: Callable[[], Any] | None = None) -> StreamResult:
+           on_first: Callable[[], Any] | None = None, retry_503_s: float = 0.0) -> StreamResult:
     """POST with stream=true (usage requested) and collect the SSE events; `on_first` is
-    called at the first one."""
+    called at the first one. A 503 is sent again for `retry_503_s` seconds (a frontend whose
+    round robin still lists a killed worker answers it at once)."""
     result = StreamResult()
     body = {"stream_options": {"include_usage": True}, **body, "stream": True}
-    with http.stream("POST", f"{url}/v1/{path}", json=body) as r:
-        assert r.status_code == 200, r.read().decode()
-        for line in r.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            if on_first is not None:
-                on_first()
-                on_first = None
-            payload = line[len("data:"):].strip()
-            if payload == "[DONE]":
-                result.done = True
-                break
-            apply_event(result, json.loads(payload))
+    deadline = time.monotonic() + retry_503_s
+    while True:
+        with http.stream("POST", f"{url}/v1/{path}", json=body) as r:
+            if r.status_code != 503 or time.monotonic() >= deadline:
+                assert r.status_code == 200, r.read().decode()
+                return _collect(r, result, on_first)
+        time.sleep(0.2)  # the pace of the retries, not a wait for anything
+
+
+def _collect(r: httpx.Response, result: StreamResult,
+             on_first: Callable[[], Any] | None) -> StreamResult:
+    for line in r.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        if on_first is not None:
+            on_first()
+            on_first = None
+        payload = line[len("data:"):].strip()
+        if payload == "[DONE]":
+            result.done = True
+            break
+        apply_event(result, json.loads(payload))
     return result
 
 
